@@ -1,0 +1,137 @@
+/* tracepool.h: the C ABI of tracepool, a caching GPU-memory allocator that remembers who asked.
+ *
+ * Error contract: every function that returns int returns TRACEPOOL_OK (0) on success and a negative
+ * TRACEPOOL_ERR_* code on failure; tracepool_last_error() then holds a message for the calling thread
+ * that says what was wrong. A failed call changes nothing. No function throws or aborts.
+ *
+ * Thread safety: every function may be called from any thread at any time, except that
+ * tracepool_destroy() must not race with other calls on the same handle.
+ *
+ * Full documentation: README.md (C API, configuration keys) and docs/.
+ */
+#ifndef TRACEPOOL_TRACEPOOL_H
+#define TRACEPOOL_TRACEPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(TRACEPOOL_BUILDING_SHARED)
+#define TRACEPOOL_API __attribute__((visibility("default")))
+#else
+#define TRACEPOOL_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TRACEPOOL_VERSION 100 /* major*10000 + minor*100 + patch: 0.1.0 */
+
+/* ---- Status codes ------------------------------------------------------------------------- */
+#define TRACEPOOL_OK 0
+#define TRACEPOOL_ERR_INVALID_ARGUMENT (-1) /* null out-pointer, absurd size, malformed call */
+#define TRACEPOOL_ERR_OOM (-2)              /* device or configured limit cannot hold the request */
+#define TRACEPOOL_ERR_INVALID_DEVICE (-3)   /* device index out of range */
+#define TRACEPOOL_ERR_UNKNOWN_POINTER (-4)  /* free of an address tracepool never handed out */
+#define TRACEPOOL_ERR_DOUBLE_FREE (-5)      /* address inside tracepool's memory, not a live block */
+#define TRACEPOOL_ERR_BAD_CONFIG (-6)       /* unknown configuration key or bad value */
+#define TRACEPOOL_ERR_BACKEND (-7)          /* unexpected driver error */
+#define TRACEPOOL_ERR_UNAVAILABLE (-8)      /* backend cannot run here: no driver or no device */
+#define TRACEPOOL_ERR_INTERNAL (-9)         /* bug, or host memory exhausted inside tracepool */
+
+/* ---- Handles and structs ------------------------------------------------------------------ */
+/* The tag is tracepool_s, not tracepool: C++ cannot have a struct and a namespace of one name. */
+typedef struct tracepool_s tracepool_t; /* opaque */
+
+/* One statistic, with the meaning of PyTorch's torch.cuda.memory_stats(). */
+typedef struct tracepool_stat {
+  uint64_t current;   /* value now */
+  uint64_t peak;      /* highest value since creation or the last reset_peak */
+  uint64_t allocated; /* total increase since creation or the last reset_accumulated */
+  uint64_t freed;     /* total decrease since creation or the last reset_accumulated */
+} tracepool_stat_t;
+
+/* The nine block and segment statistics, for one pool kind (all, small_pool, large_pool). */
+typedef struct tracepool_stat_set {
+  tracepool_stat_t allocation;           /* blocks handed out */
+  tracepool_stat_t segment;              /* segments obtained from the device */
+  tracepool_stat_t active;               /* blocks handed out, or freed but still in use on a stream */
+  tracepool_stat_t inactive_split;       /* free blocks inside partly used segments */
+  tracepool_stat_t allocated_bytes;      /* bytes of blocks handed out (rounded sizes) */
+  tracepool_stat_t reserved_bytes;       /* bytes of segments obtained from the device */
+  tracepool_stat_t active_bytes;         /* bytes of active blocks */
+  tracepool_stat_t inactive_split_bytes; /* bytes of inactive split blocks */
+  tracepool_stat_t requested_bytes;      /* bytes asked for by callers (before rounding) */
+} tracepool_stat_set_t;
+
+/* Per-device statistics. Set `size = sizeof(tracepool_stats_t)` before calling get_stats: an older
+ * caller with a smaller struct gets the fields it knows of. The top-level fields are "all" pools, so
+ * s.allocated_bytes.current is PyTorch's memory_stats()["allocated_bytes.all.current"]. */
+typedef struct tracepool_stats {
+  size_t size;
+  tracepool_stat_t allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
+      active_bytes, inactive_split_bytes, requested_bytes;
+  uint64_t num_alloc_retries; /* allocations that freed the cache and retried */
+  uint64_t num_ooms;          /* allocations that failed with TRACEPOOL_ERR_OOM */
+  uint64_t num_device_alloc;  /* segments obtained from the device */
+  uint64_t num_device_free;   /* segments given back to the device */
+  uint64_t num_invalid_frees; /* frees rejected as unknown pointer or double free */
+  uint64_t limit_bytes;       /* configured byte limit for this device, 0 if none */
+  tracepool_stat_set_t small_pool; /* requests of at most 1 MiB, served from 2 MiB segments */
+  tracepool_stat_set_t large_pool; /* larger requests */
+} tracepool_stats_t;
+
+/* ---- Lifetime ------------------------------------------------------------------------------ */
+/* The process-wide instance, configured from TRACEPOOL_CONF on first call. NULL if that failed
+ * (tracepool_last_error() says why, on the calling thread); later calls return the same result. */
+TRACEPOOL_API tracepool_t* tracepool_default(void);
+/* A new instance configured from `conf` ("key:value,key:value"; NULL or "" for defaults). */
+TRACEPOOL_API int tracepool_create(const char* conf, tracepool_t** out);
+/* Frees every segment and the handle. Blocks still handed out become invalid. NULL is a no-op.
+ * Destroying tracepool_default() is refused (it is a no-op). */
+TRACEPOOL_API void tracepool_destroy(tracepool_t* tp);
+
+/* ---- Allocation (stream-ordered; a stream is a cudaStream_t / CUstream, NULL = default) ------- */
+/* Device memory of at least `size` bytes, aligned to 256 bytes or more, usable in stream order on
+ * `stream`. size 0 gives *out = NULL and TRACEPOOL_OK. */
+TRACEPOOL_API int tracepool_malloc(tracepool_t* tp, size_t size, int device, void* stream, void** out);
+/* Returns a block to the cache; it is reusable at once on the stream it was allocated on, and on
+ * other streams once the work submitted there before the free has completed. NULL is a no-op.
+ * `stream` is accepted for symmetry and ignored: the block remembers its allocation stream. */
+TRACEPOOL_API int tracepool_free(tracepool_t* tp, void* ptr, void* stream);
+/* Marks `ptr` as used on `stream` too (Tensor.record_stream): at free, reuse waits for the work
+ * submitted to `stream` before the free as well. */
+TRACEPOOL_API int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stream);
+/* Gives every fully free cached segment of `device` back to the device (-1: all devices). */
+TRACEPOOL_API int tracepool_empty_cache(tracepool_t* tp, int device);
+/* Device memory as the driver sees it (like cudaMemGetInfo). */
+TRACEPOOL_API int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* free_bytes, size_t* total_bytes);
+/* Caps the bytes `device` may reserve (0 removes the cap; -1: all devices). */
+TRACEPOOL_API int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes);
+
+/* ---- Statistics ---------------------------------------------------------------------------- */
+TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);
+TRACEPOOL_API int tracepool_reset_peak_stats(tracepool_t* tp, int device);        /* peak = current */
+TRACEPOOL_API int tracepool_reset_accumulated_stats(tracepool_t* tp, int device); /* allocated, freed, num_* = 0 */
+/* Number of devices this instance manages. */
+TRACEPOOL_API int tracepool_device_count(tracepool_t* tp, int* out);
+/* Name of the backend in use: "cuda" or "host". */
+TRACEPOOL_API const char* tracepool_backend_name(tracepool_t* tp);
+/* Checks every internal invariant; TRACEPOOL_ERR_INTERNAL with the broken one named if any fails. */
+TRACEPOOL_API int tracepool_validate(tracepool_t* tp);
+
+/* ---- Errors --------------------------------------------------------------------------------- */
+TRACEPOOL_API const char* tracepool_status_string(int status); /* "TRACEPOOL_ERR_OOM: out of memory" */
+TRACEPOOL_API const char* tracepool_last_error(void);          /* this thread's last failure, "" if none */
+
+/* ---- PyTorch CUDAPluggableAllocator entry points (on tracepool_default()) -------------------- */
+/* Never throw. alloc returns NULL for size 0 and on failure (the reason is printed once per
+ * distinct failure kind to stderr, since PyTorch's wrapper drops it). */
+TRACEPOOL_API void* tracepool_torch_alloc(size_t size, int device, void* stream);
+TRACEPOOL_API void tracepool_torch_free(void* ptr, size_t size, int device, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRACEPOOL_TRACEPOOL_H */

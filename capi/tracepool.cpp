@@ -1,0 +1,242 @@
+// tracepool.cpp: the C ABI. Each function checks its arguments, calls core, and turns every failure
+// (status or exception) into a status code with a thread-local message. Nothing throws past here.
+#include "tracepool/tracepool.h"
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "allocator.h"
+#include "config.h"
+#include "status.h"
+
+using tracepool::status;
+namespace core = tracepool::core;
+
+static_assert(TRACEPOOL_OK == static_cast<int>(status::ok));
+static_assert(TRACEPOOL_ERR_INVALID_ARGUMENT == static_cast<int>(status::invalid_argument));
+static_assert(TRACEPOOL_ERR_OOM == static_cast<int>(status::out_of_memory));
+static_assert(TRACEPOOL_ERR_INVALID_DEVICE == static_cast<int>(status::invalid_device));
+static_assert(TRACEPOOL_ERR_UNKNOWN_POINTER == static_cast<int>(status::unknown_pointer));
+static_assert(TRACEPOOL_ERR_DOUBLE_FREE == static_cast<int>(status::double_free));
+static_assert(TRACEPOOL_ERR_BAD_CONFIG == static_cast<int>(status::bad_config));
+static_assert(TRACEPOOL_ERR_BACKEND == static_cast<int>(status::backend_error));
+static_assert(TRACEPOOL_ERR_UNAVAILABLE == static_cast<int>(status::unavailable));
+static_assert(TRACEPOOL_ERR_INTERNAL == static_cast<int>(status::internal));
+
+struct tracepool_s {
+  std::unique_ptr<core::allocator> impl;
+  bool is_default = false;
+};
+
+namespace {
+
+int code(status s) { return static_cast<int>(s); }
+
+// Runs `body` (returning a status) with every exception turned into TRACEPOOL_ERR_INTERNAL.
+template <typename Body>
+int guarded(const char* what, Body&& body) noexcept {
+  try {
+    return code(body());
+  } catch (const std::bad_alloc&) {
+    return code(tracepool::fail(status::internal, "%s: host memory exhausted", what));
+  } catch (const std::exception& e) {
+    return code(tracepool::fail(status::internal, "%s: %s", what, e.what()));
+  } catch (...) {
+    return code(tracepool::fail(status::internal, "%s: unknown exception", what));
+  }
+}
+
+status null_handle(const char* what) { return tracepool::fail(status::invalid_argument, "%s: handle is NULL", what); }
+
+status create(const char* conf, bool is_default, tracepool_t** out) {
+  core::config cfg;
+  if (status s = core::parse_config(conf, &cfg); s != status::ok) return s;
+  auto tp = std::make_unique<tracepool_s>();
+  if (status s = core::allocator::create(cfg, &tp->impl); s != status::ok) return s;
+  tp->is_default = is_default;
+  *out = tp.release();
+  return status::ok;
+}
+
+void fill(const core::stat& from, tracepool_stat_t* to) {
+  to->current = static_cast<uint64_t>(from.current);
+  to->peak = static_cast<uint64_t>(from.peak);
+  to->allocated = static_cast<uint64_t>(from.allocated);
+  to->freed = static_cast<uint64_t>(from.freed);
+}
+
+void fill(const core::stat_table& t, int column, tracepool_stat_t* first_of_nine) {
+  for (int k = 0; k < core::stat_kind_count; ++k) fill(t.cells[k][column], first_of_nine + k);
+}
+
+// The nine stats are laid out in stat_kind order in both structs.
+static_assert(offsetof(tracepool_stats_t, requested_bytes) - offsetof(tracepool_stats_t, allocation) ==
+              8 * sizeof(tracepool_stat_t));
+static_assert(sizeof(tracepool_stat_set_t) == 9 * sizeof(tracepool_stat_t));
+
+tracepool_stats_t to_c(const core::device_stats& st) {
+  tracepool_stats_t c{};
+  c.size = sizeof c;
+  fill(st.table, core::all_pools, &c.allocation);
+  fill(st.table, static_cast<int>(core::pool_kind::small), &c.small_pool.allocation);
+  fill(st.table, static_cast<int>(core::pool_kind::large), &c.large_pool.allocation);
+  c.num_alloc_retries = st.counters.num_alloc_retries;
+  c.num_ooms = st.counters.num_ooms;
+  c.num_device_alloc = st.counters.num_device_alloc;
+  c.num_device_free = st.counters.num_device_free;
+  c.num_invalid_frees = st.counters.num_invalid_frees;
+  c.limit_bytes = st.limit_bytes;
+  return c;
+}
+
+}  // namespace
+
+extern "C" {
+
+tracepool_t* tracepool_default(void) {
+  // Created once and never destroyed: frees arrive from other threads and atexit handlers until the
+  // very end of the process (notes/pytorch.md §1.4).
+  static std::once_flag once;
+  static tracepool_t* instance = nullptr;
+  static std::string* failure = nullptr;
+  std::call_once(once, [] {
+    const int rc = guarded("tracepool_default", [] { return create(std::getenv("TRACEPOOL_CONF"), true, &instance); });
+    if (rc != TRACEPOOL_OK) failure = new std::string(tracepool::last_error());
+  });
+  if (instance == nullptr && failure != nullptr) tracepool::fail(status::unavailable, "%s", failure->c_str());
+  return instance;
+}
+
+int tracepool_create(const char* conf, tracepool_t** out) {
+  return guarded("tracepool_create", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_create: out is NULL");
+    *out = nullptr;
+    return create(conf, false, out);
+  });
+}
+
+void tracepool_destroy(tracepool_t* tp) {
+  if (tp == nullptr || tp->is_default) return;
+  delete tp;
+}
+
+int tracepool_malloc(tracepool_t* tp, size_t size, int device, void* stream, void** out) {
+  return guarded("tracepool_malloc", [&] {
+    if (tp == nullptr) return null_handle("tracepool_malloc");
+    return tp->impl->malloc(size, device, stream, out);
+  });
+}
+
+int tracepool_free(tracepool_t* tp, void* ptr, void* /*stream*/) {
+  return guarded("tracepool_free", [&] {
+    if (tp == nullptr) return null_handle("tracepool_free");
+    return tp->impl->free(ptr);
+  });
+}
+
+int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stream) {
+  return guarded("tracepool_record_stream", [&] {
+    if (tp == nullptr) return null_handle("tracepool_record_stream");
+    return tp->impl->record_stream(ptr, stream);
+  });
+}
+
+int tracepool_empty_cache(tracepool_t* tp, int device) {
+  return guarded("tracepool_empty_cache", [&] {
+    if (tp == nullptr) return null_handle("tracepool_empty_cache");
+    return tp->impl->empty_cache(device);
+  });
+}
+
+int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* free_bytes, size_t* total_bytes) {
+  return guarded("tracepool_mem_get_info", [&] {
+    if (tp == nullptr) return null_handle("tracepool_mem_get_info");
+    return tp->impl->memory_info(device, free_bytes, total_bytes);
+  });
+}
+
+int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes) {
+  return guarded("tracepool_set_limit", [&] {
+    if (tp == nullptr) return null_handle("tracepool_set_limit");
+    return tp->impl->set_limit(device, bytes);
+  });
+}
+
+int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out) {
+  return guarded("tracepool_get_stats", [&] {
+    if (tp == nullptr) return null_handle("tracepool_get_stats");
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_get_stats: out is NULL");
+    const size_t caller_size = out->size;
+    if (caller_size < offsetof(tracepool_stats_t, allocation) + sizeof(tracepool_stat_t))
+      return tracepool::fail(status::invalid_argument,
+                             "tracepool_get_stats: out->size is %zu; set it to sizeof(tracepool_stats_t)", caller_size);
+    core::device_stats st;
+    if (status s = tp->impl->stats(device, &st); s != status::ok) return s;
+    tracepool_stats_t full = to_c(st);
+    full.size = caller_size < sizeof full ? caller_size : sizeof full;
+    std::memcpy(out, &full, full.size);  // an older, smaller struct gets the fields it knows
+    return status::ok;
+  });
+}
+
+int tracepool_reset_peak_stats(tracepool_t* tp, int device) {
+  return guarded("tracepool_reset_peak_stats", [&] {
+    if (tp == nullptr) return null_handle("tracepool_reset_peak_stats");
+    return tp->impl->reset_peak(device);
+  });
+}
+
+int tracepool_reset_accumulated_stats(tracepool_t* tp, int device) {
+  return guarded("tracepool_reset_accumulated_stats", [&] {
+    if (tp == nullptr) return null_handle("tracepool_reset_accumulated_stats");
+    return tp->impl->reset_accumulated(device);
+  });
+}
+
+int tracepool_device_count(tracepool_t* tp, int* out) {
+  return guarded("tracepool_device_count", [&] {
+    if (tp == nullptr) return null_handle("tracepool_device_count");
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_device_count: out is NULL");
+    *out = tp->impl->device_count();
+    return status::ok;
+  });
+}
+
+const char* tracepool_backend_name(tracepool_t* tp) {
+  return tp == nullptr ? "" : tp->impl->device_backend().name();
+}
+
+int tracepool_validate(tracepool_t* tp) {
+  return guarded("tracepool_validate", [&] {
+    if (tp == nullptr) return null_handle("tracepool_validate");
+    return tp->impl->validate();
+  });
+}
+
+const char* tracepool_status_string(int s) {
+  switch (s) {
+#define TRACEPOOL_STATUS_CASE(value, text) \
+  case value: return #value ": " text;
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_OK, "success")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_INVALID_ARGUMENT, "invalid argument")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_OOM, "out of memory")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_INVALID_DEVICE, "invalid device")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_UNKNOWN_POINTER, "pointer was not allocated by this tracepool")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_DOUBLE_FREE, "pointer is not a live block (double free or interior pointer)")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_BAD_CONFIG, "bad configuration")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_BACKEND, "backend error")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_UNAVAILABLE, "backend unavailable")
+    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_INTERNAL, "internal error")
+#undef TRACEPOOL_STATUS_CASE
+  }
+  return "TRACEPOOL_ERR_?: unknown status code";
+}
+
+const char* tracepool_last_error(void) { return tracepool::last_error(); }
+
+}  // extern "C"

@@ -1,0 +1,173 @@
+#include "allocator.h"
+
+#include <atomic>
+#include <new>
+
+namespace tracepool::core {
+
+namespace {
+
+std::atomic<uint64_t> next_instance{1};
+
+// The pool the calling thread used last. One thread nearly always allocates on one stream of one
+// device (PyTorch's current stream), so this skips the device lock on the hot path.
+struct last_pool {
+  uint64_t instance = 0;
+  int device = -1;
+  backend::stream_handle stream = nullptr;
+  stream_pool* pool = nullptr;
+};
+thread_local last_pool tls_last_pool;
+
+status choose_backend(const config& cfg, std::unique_ptr<backend::backend>* out) {
+  if (cfg.backend == backend_choice::host) {
+    *out = backend::make_host_backend(cfg.host);
+    return status::ok;
+  }
+  const status s = backend::make_cuda_backend(out);
+  if (s == status::ok || cfg.backend == backend_choice::cuda) return s;
+  *out = backend::make_host_backend(cfg.host);  // auto: no usable GPU here, emulate one
+  return status::ok;
+}
+
+}  // namespace
+
+status allocator::create(const config& cfg, std::unique_ptr<allocator>* out) {
+  std::unique_ptr<backend::backend> be;
+  if (status s = choose_backend(cfg, &be); s != status::ok) return s;
+  out->reset(new allocator(cfg, std::move(be)));
+  return status::ok;
+}
+
+allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be)
+    : config_(cfg), instance_(next_instance.fetch_add(1)), backend_(std::move(be)) {
+  for (int d = 0; d < backend_->device_count(); ++d)
+    devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate));
+}
+
+allocator::~allocator() = default;
+
+status allocator::check_device(int device) const {
+  if (device >= 0 && device < device_count()) return status::ok;
+  return fail(status::invalid_device, "device %d does not exist: the %s backend has %d device(s)", device,
+              backend_->name(), device_count());
+}
+
+stream_pool* allocator::pool_of(int device, backend::stream_handle stream) {
+  last_pool& last = tls_last_pool;
+  if (last.instance == instance_ && last.device == device && last.stream == stream) return last.pool;
+  stream_pool* pool = devices_[static_cast<size_t>(device)]->pool_for(stream);
+  last = last_pool{instance_, device, stream, pool};
+  return pool;
+}
+
+status allocator::malloc(size_t size, int device, backend::stream_handle stream, void** out, uint32_t site) {
+  if (out == nullptr) return fail(status::invalid_argument, "malloc: out is NULL");
+  *out = nullptr;
+  if (status s = check_device(device); s != status::ok) return s;
+  if (size == 0) return status::ok;
+  if (size > max_request)
+    return fail(status::invalid_argument, "malloc: %zu bytes is beyond the largest supported request (%zu bytes)",
+                size, max_request);
+  device_cache& dev = *devices_[static_cast<size_t>(device)];
+  block* b = nullptr;
+  if (status s = dev.malloc(pool_of(device, stream), size, site, &b); s != status::ok) return s;
+  try {
+    live_.insert(b->ptr, b);
+  } catch (const std::bad_alloc&) {
+    (void)dev.free(b);  // nothing lost: the block goes back before the error is reported
+    return fail(status::internal, "malloc: host memory exhausted while recording the block");
+  }
+  *out = b->ptr;
+  return status::ok;
+}
+
+status allocator::free(void* ptr) {
+  if (ptr == nullptr) return status::ok;
+  block* b = live_.take(ptr);
+  if (b == nullptr) return reject_free(ptr);
+  status s;
+  try {
+    s = devices_[static_cast<size_t>(b->seg->device)]->free(b);
+  } catch (const std::bad_alloc&) {
+    s = fail(status::internal, "free(%p): host memory exhausted", ptr);
+  }
+  if (s != status::ok) live_.insert(ptr, b);  // still live: nothing lost, the caller may free it again
+  return s;
+}
+
+// An address that is not a live block: say whether it is ours (double free, interior pointer) or not.
+status allocator::reject_free(void* ptr) {
+  for (auto& dev : devices_) {
+    if (!dev->contains(ptr)) continue;
+    dev->count_invalid_free();
+    return fail(status::double_free,
+                "free(%p): the address lies in tracepool memory on device %d but is not a live block "
+                "(freed twice, or not the start of a block)",
+                ptr, dev->device());
+  }
+  if (!devices_.empty()) devices_[0]->count_invalid_free();
+  return fail(status::unknown_pointer, "free(%p): tracepool never allocated this address", ptr);
+}
+
+status allocator::record_stream(void* ptr, backend::stream_handle stream) {
+  if (ptr == nullptr) return fail(status::invalid_argument, "record_stream: ptr is NULL");
+  block* found = nullptr;
+  // The shard lock keeps the block alive while its pool lock is taken (shard -> pool is the only
+  // place both are held, and free takes them one after the other, never nested).
+  const bool live = live_.with_block(ptr, [&](block* b) {
+    found = b;
+    devices_[static_cast<size_t>(b->seg->device)]->record_stream(b, stream);
+  });
+  if (!live || found == nullptr) return fail(status::unknown_pointer, "record_stream(%p): not a live block", ptr);
+  return status::ok;
+}
+
+template <typename Fn>
+status allocator::for_devices(int device, Fn&& fn) {
+  if (device == -1) {
+    for (auto& dev : devices_) fn(*dev);
+    return status::ok;
+  }
+  if (status s = check_device(device); s != status::ok) return s;
+  fn(*devices_[static_cast<size_t>(device)]);
+  return status::ok;
+}
+
+status allocator::empty_cache(int device) {
+  return for_devices(device, [](device_cache& d) { d.empty_cache(/*wait=*/false); });
+}
+
+status allocator::stats(int device, device_stats* out) {
+  if (out == nullptr) return fail(status::invalid_argument, "stats: out is NULL");
+  if (status s = check_device(device); s != status::ok) return s;
+  *out = devices_[static_cast<size_t>(device)]->stats();
+  return status::ok;
+}
+
+status allocator::reset_peak(int device) {
+  return for_devices(device, [](device_cache& d) { d.reset_peak(); });
+}
+
+status allocator::reset_accumulated(int device) {
+  return for_devices(device, [](device_cache& d) { d.reset_accumulated(); });
+}
+
+status allocator::set_limit(int device, size_t bytes) {
+  return for_devices(device, [bytes](device_cache& d) { d.set_limit(bytes); });
+}
+
+status allocator::memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr)
+    return fail(status::invalid_argument, "mem_get_info: an out-pointer is NULL");
+  if (status s = check_device(device); s != status::ok) return s;
+  return backend_->memory_info(device, free_bytes, total_bytes);
+}
+
+status allocator::validate() {
+  for (auto& dev : devices_)
+    if (status s = dev->validate(); s != status::ok) return s;
+  return status::ok;
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,76 @@
+// backend.h: the narrow interface between the caching allocator and the memory it caches.
+//
+// Contract, for every function:
+//   - it never throws and returns a status (0 is success); on failure it has changed nothing and
+//     has set the thread's message through tracepool::fail();
+//   - out-parameters are non-null; `device` is in [0, device_count());
+//   - `size` is > 0 and a multiple of 512; memory returned by allocate() is aligned to >= 512 bytes;
+//   - streams and events belong to `device`; a null stream is the device's legacy default stream;
+//   - functions are thread-safe.
+// allocate() distinguishes "the device is full" (status::out_of_memory, which makes the allocator
+// free its cache and retry) from every other failure.
+//
+// Two implementations: cuda_backend (the driver API, loaded at run time) and host_backend (device
+// memory, streams and events emulated in host memory, deterministic, with fault injection).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "../status.h"
+
+namespace tracepool::backend {
+
+using stream_handle = void*;  // cudaStream_t / CUstream; nullptr is the legacy default stream
+using event_handle = void*;   // backend-owned; taken by record_event, given back by return_event
+
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  virtual const char* name() const noexcept = 0;  // "cuda" | "host"
+  virtual int device_count() const noexcept = 0;
+  virtual status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
+
+  // pre: size > 0, multiple of 512. post ok: *out aligned to >= 512 bytes, size bytes usable.
+  virtual status allocate(int device, size_t size, void** out) noexcept = 0;
+  // pre: ptr came from allocate(device, size). Waits for nothing: the caller has ensured that no
+  // work still uses the memory (cuMemFree itself synchronizes with the device).
+  virtual status release(int device, void* ptr, size_t size) noexcept = 0;
+
+  // Takes an event from the backend's pool and records it on `stream`: it completes when all work
+  // submitted to `stream` before this call has completed.
+  virtual status record_event(int device, stream_handle stream, event_handle* out) noexcept = 0;
+  // post ok: *done says whether the event has completed. Never blocks.
+  virtual status query_event(int device, event_handle event, bool* done) noexcept = 0;
+  // Blocks until the event has completed.
+  virtual status synchronize_event(int device, event_handle event) noexcept = 0;
+  // Gives the event back to the pool; it must not be used again.
+  virtual void return_event(int device, event_handle event) noexcept = 0;
+
+  // ---- Support for tests and benchmarks; the allocator never calls these. ----
+  virtual status create_stream(int device, stream_handle* out) noexcept = 0;
+  virtual status destroy_stream(int device, stream_handle stream) noexcept = 0;
+  virtual status synchronize_stream(int device, stream_handle stream) noexcept = 0;
+  // Holds back all work submitted to `stream` after this call until release_hold(*hold): lets a
+  // test keep a freed block "still in use" on its stream. At most one hold per stream at a time.
+  virtual status hold_stream(int device, stream_handle stream, void** hold) noexcept = 0;
+  virtual status release_hold(void* hold) noexcept = 0;
+};
+
+// Options of the host backend (TRACEPOOL_CONF keys host_devices, host_capacity, fail_*).
+struct host_options {
+  int devices = 1;
+  size_t capacity = size_t{16} << 30;  // emulated bytes per device
+  size_t fail_call = 0;                 // fail the k-th allocate() call with out_of_memory (1-based; 0 = never)
+  size_t fail_above = 0;                // fail every allocate() larger than this many bytes (0 = never)
+};
+
+std::unique_ptr<backend> make_host_backend(const host_options& options);
+
+// Loads libcuda.so.1 and initialises the driver. Returns status::unavailable (with the reason in
+// last_error()) where there is no driver or no device.
+status make_cuda_backend(std::unique_ptr<backend>* out);
+
+}  // namespace tracepool::backend

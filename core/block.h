@@ -1,0 +1,63 @@
+// block.h: segments (memory obtained from the backend in one call) and blocks (pieces of a segment,
+// handed out or free). Plain data; the operations live in stream_pool, which owns both.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "size_class.h"
+
+namespace tracepool::core {
+
+class stream_pool;
+struct segment;
+
+enum class block_state : uint8_t {
+  free,          // in its pool's free list
+  allocated,     // handed to a caller
+  pending_free,  // freed by the caller, waiting for events on record_stream streams (stream_reuse)
+};
+
+// Invariants (checked by stream_pool::validate):
+//   - the blocks of a segment form a list in address order: first->ptr == seg->ptr,
+//     b->next->ptr == b->ptr + b->size, and the sizes add up to seg->size;
+//   - size is a multiple of min_block_size, so every block is 512-byte aligned (segments are);
+//   - no two neighbours are both free: free() merges them;
+//   - state == free  <=>  the block is in its pool's free list;
+//   - counted_split  <=>  state == free and the block is not its whole segment (inactive_split stat).
+struct block {
+  char* ptr = nullptr;
+  size_t size = 0;                 // bytes, rounded
+  size_t requested = 0;            // bytes the caller asked for; 0 unless allocated or pending
+  segment* seg = nullptr;
+  block* prev = nullptr;           // neighbours in the segment, address order
+  block* next = nullptr;
+  block* bin_prev = nullptr;       // links in a small free-list bin (free blocks only)
+  block* bin_next = nullptr;
+  uint64_t free_seq = 0;           // owner's free counter when the block became free (stream_reuse)
+  uint32_t site = 0;               // call-site id of the allocation; 0 = unknown
+  block_state state = block_state::free;
+  bool counted_split = false;
+  std::vector<backend::stream_handle>* stream_uses = nullptr;  // record_stream streams; owned, usually null
+
+  bool is_whole_segment() const { return prev == nullptr && next == nullptr; }
+};
+
+// A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block
+// operation needs only that pool's lock. A fully free segment may move to another pool once the
+// stream it was last used on has been fenced (Note [Stream reuse] in stream_reuse.h).
+struct segment {
+  char* ptr = nullptr;
+  size_t size = 0;
+  int device = 0;
+  pool_kind kind = pool_kind::small;
+  stream_pool* owner = nullptr;
+  block* first = nullptr;
+  segment* pool_prev = nullptr;    // the owner's list of segments
+  segment* pool_next = nullptr;
+  uint32_t site = 0;               // call site of the allocation that made the device grow
+};
+
+}  // namespace tracepool::core

@@ -1,0 +1,115 @@
+#include "config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace tracepool::core {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t");
+  const size_t b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+bool parse_bool(const std::string& v, bool* out) {
+  if (v == "1" || v == "on" || v == "true" || v == "yes") return *out = true, true;
+  if (v == "0" || v == "off" || v == "false" || v == "no") return *out = false, true;
+  return false;
+}
+
+bool parse_int(const std::string& v, long lo, long hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) return false;
+  *out = static_cast<int>(n);
+  return true;
+}
+
+status bad_value(const std::string& key, const std::string& value, const char* wanted) {
+  return fail(status::bad_config, "TRACEPOOL_CONF: bad value '%s' for '%s': expected %s", value.c_str(), key.c_str(),
+              wanted);
+}
+
+status apply(const std::string& key, const std::string& value, config* c) {
+  const char* bytes = "a byte size such as 4096, 512MiB or 2GiB";
+  if (key == "backend") {
+    if (value == "auto") c->backend = backend_choice::automatic;
+    else if (value == "cuda") c->backend = backend_choice::cuda;
+    else if (value == "host") c->backend = backend_choice::host;
+    else return bad_value(key, value, "auto, cuda or host");
+  } else if (key == "limit") {
+    if (!parse_bytes(value, &c->limit)) return bad_value(key, value, bytes);
+  } else if (key == "validate") {
+    if (!parse_bool(value, &c->validate)) return bad_value(key, value, "on or off");
+  } else if (key == "host_devices") {
+    if (!parse_int(value, 1, 64, &c->host.devices)) return bad_value(key, value, "an integer from 1 to 64");
+  } else if (key == "host_capacity") {
+    if (!parse_bytes(value, &c->host.capacity) || c->host.capacity == 0) return bad_value(key, value, bytes);
+  } else if (key == "fail_alloc") {
+    int k = 0;
+    if (!parse_int(value, 0, 1 << 30, &k)) return bad_value(key, value, "a call number (1 = the first; 0 = never)");
+    c->host.fail_call = static_cast<size_t>(k);
+  } else if (key == "fail_above") {
+    if (!parse_bytes(value, &c->host.fail_above)) return bad_value(key, value, bytes);
+  } else {
+    return fail(status::bad_config, "TRACEPOOL_CONF: unknown key '%s'; known keys: %s", key.c_str(), config_help());
+  }
+  return status::ok;
+}
+
+}  // namespace
+
+bool parse_bytes(const std::string& text, size_t* out) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  errno = 0;
+  const double n = std::strtod(t.c_str(), &end);
+  if (t.empty() || end == t.c_str() || errno != 0 || !(n >= 0) || t[0] == '-' || t[0] == '+') return false;
+  const std::string unit = trim(end);
+  double scale = 0;
+  static const struct { const char* name; double scale; } units[] = {
+      {"", 1},           {"B", 1},           {"K", 1024.0},   {"KiB", 1024.0},        {"KB", 1e3},
+      {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},     {"G", 1073741824.0},    {"GiB", 1073741824.0},
+      {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  for (const auto& u : units)
+    if (unit == u.name) scale = u.scale;
+  const double bytes = n * scale;
+  if (scale == 0 || bytes >= 18446744073709551615.0 || bytes != std::floor(bytes)) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+const char* config_help() {
+  return "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
+         "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
+         "fail_above (bytes: fail larger device allocations, host only)";
+}
+
+status parse_config(const char* text, config* out) {
+  config c = *out;
+  const std::string all = text == nullptr ? std::string() : std::string(text);
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t comma = all.find(',', start);
+    if (comma == std::string::npos) comma = all.size();
+    const std::string item = trim(all.substr(start, comma - start));
+    start = comma + 1;
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos)
+      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is not key:value", item.c_str());
+    if (status s = apply(trim(item.substr(0, colon)), trim(item.substr(colon + 1)), &c); s != status::ok) return s;
+  }
+  const bool faults = c.host.fail_call != 0 || c.host.fail_above != 0;
+  if (faults && c.backend != backend_choice::host)
+    return fail(status::bad_config, "TRACEPOOL_CONF: fail_alloc and fail_above need backend:host");
+  *out = c;
+  return status::ok;
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,37 @@
+// config.h: TRACEPOOL_CONF ("key:value,key:value") parsed into an immutable struct, so that policy
+// code never sees text. Unknown keys and bad values are errors that name the key and what was wanted.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "backend/backend.h"
+#include "status.h"
+
+namespace tracepool::core {
+
+enum class backend_choice { automatic, cuda, host };
+
+#if defined(TRACEPOOL_VALIDATE_BY_DEFAULT)
+inline constexpr bool validate_by_default = true;
+#else
+inline constexpr bool validate_by_default = false;
+#endif
+
+struct config {
+  backend_choice backend = backend_choice::automatic;  // backend: auto | cuda | host
+  backend::host_options host;                          // host_devices, host_capacity, fail_alloc, fail_above
+  size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
+  bool validate = validate_by_default;                 // validate: check every invariant after each operation
+};
+
+// Parses `text` (nullptr or "" gives the defaults). On failure *out is unchanged.
+status parse_config(const char* text, config* out);
+
+// A byte size: "4096", "512KiB", "1.5GiB", "20MB" (KiB/MiB/GiB/K/M/G are powers of 1024; KB/MB/GB of 1000).
+bool parse_bytes(const std::string& text, size_t* out);
+
+// The keys and what they take, for error messages and --help.
+const char* config_help();
+
+}  // namespace tracepool::core

@@ -1,0 +1,269 @@
+#include "device_cache.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+namespace tracepool::core {
+
+namespace {
+std::string human(size_t bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (size_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (bytes >= (size_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
+  else std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  return buf;
+}
+}  // namespace
+
+device_cache::device_cache(backend::backend& be, int device, size_t limit, bool validate)
+    : backend_(be), device_(device), validate_(validate), limit_(limit) {}
+
+device_cache::~device_cache() {
+  for (auto& [start, seg] : segments_) {
+    for (block* b = seg->first; b != nullptr;) {
+      block* next = b->next;
+      delete b->stream_uses;
+      delete b;
+      b = next;
+    }
+    (void)backend_.release(device_, seg->ptr, seg->size);
+    delete seg;
+  }
+}
+
+stream_pool* device_cache::pool_for(backend::stream_handle stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& p : pools_)
+    if (p->stream() == stream) return p.get();
+  pools_.push_back(std::make_unique<stream_pool>(backend_, device_, stream));
+  return pools_.back().get();
+}
+
+std::vector<stream_pool*> device_cache::pools_snapshot() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<stream_pool*> out;
+  out.reserve(pools_.size());
+  for (auto& p : pools_) out.push_back(p.get());
+  return out;
+}
+
+// The allocation ladder. Rungs 1-3 run under the pool's lock in try_allocate; rung 4 frees the
+// cache without holding any lock and climbs once more.
+status device_cache::malloc(stream_pool* pool, size_t size, uint32_t site, block** out) {
+  const size_t rounded = round_size(size);
+  status s = try_allocate(pool, rounded, size, site, out);
+  if (s != status::out_of_memory) return s;
+  // Rung 4: the device is full. Give every fully free segment back, after waiting for pending frees.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.num_alloc_retries;
+  }
+  empty_cache(/*wait=*/true);
+  s = try_allocate(pool, rounded, size, site, out);
+  return s == status::out_of_memory ? out_of_memory(size, rounded) : s;
+}
+
+status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size, uint32_t site, block** out) {
+  const pool_kind kind = pool_kind_for(rounded);
+  std::lock_guard<std::mutex> lock(pool->mutex());
+  pool->process_pending(/*wait=*/false);
+  // Rung 1: a cached block of this stream; reusable at once, in stream order.
+  block* b = pool->find_free(rounded, kind);
+  if (b == nullptr) {
+    // Rung 2: a whole free segment of another stream whose last use has completed.
+    segment* seg = take_from_other_streams(pool, rounded, kind);
+    // Rung 3: a new segment from the device.
+    if (seg == nullptr) {
+      if (status s = grow(rounded, kind, site, &seg); s != status::ok) return s;
+    }
+    pool->adopt(seg);
+    b = pool->find_free(rounded, kind);
+  }
+  *out = pool->allocate(b, rounded, size, site);
+  if (validate_) check(pool);
+  return status::ok;
+}
+
+segment* device_cache::take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind) {
+  for (stream_pool* other : pools_snapshot()) {
+    if (other == pool) continue;
+    std::unique_lock<std::mutex> lock(other->mutex(), std::try_to_lock);
+    if (!lock.owns_lock()) continue;  // busy: never wait on another pool while holding ours
+    if (segment* s = other->disown_safe_segment(rounded, kind)) return s;
+  }
+  return nullptr;
+}
+
+status device_cache::grow(size_t rounded, pool_kind kind, uint32_t site, segment** out) {
+  const size_t bytes = segment_size_for(rounded);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto reserved = static_cast<size_t>(segment_stats_.at(stat_kind::reserved_bytes, all_pools).current);
+    if (limit_ != 0 && reserved + reserving_ + bytes > limit_)
+      return fail(status::out_of_memory, "device %d: a %s segment would pass the limit of %s (%s reserved)", device_,
+                  human(bytes).c_str(), human(limit_).c_str(), human(reserved).c_str());
+    reserving_ += bytes;
+  }
+  void* ptr = nullptr;
+  const status s = backend_.allocate(device_, bytes, &ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  reserving_ -= bytes;
+  if (s != status::ok) return s;
+  segment* seg = new (std::nothrow) segment();
+  if (seg == nullptr) {
+    (void)backend_.release(device_, ptr, bytes);
+    return fail(status::internal, "device %d: host memory exhausted while recording a segment", device_);
+  }
+  seg->ptr = static_cast<char*>(ptr);
+  seg->size = bytes;
+  seg->device = device_;
+  seg->kind = kind;
+  seg->site = site;
+  segments_.emplace(seg->ptr, seg);
+  segment_stats_.increase(stat_kind::segment, kind, 1);
+  segment_stats_.increase(stat_kind::reserved_bytes, kind, static_cast<int64_t>(bytes));
+  ++counters_.num_device_alloc;
+  *out = seg;
+  return status::ok;
+}
+
+void device_cache::release(const std::vector<segment*>& segments) {
+  for (segment* seg : segments) {
+    // A failure here (a context already torn down at exit) leaves nothing we could retry.
+    (void)backend_.release(device_, seg->ptr, seg->size);
+    std::lock_guard<std::mutex> lock(mutex_);
+    segments_.erase(seg->ptr);
+    segment_stats_.decrease(stat_kind::segment, seg->kind, 1);
+    segment_stats_.decrease(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
+    ++counters_.num_device_free;
+    delete seg;
+  }
+}
+
+void device_cache::empty_cache(bool wait) {
+  for (stream_pool* pool : pools_snapshot()) {
+    std::vector<segment*> freed;
+    {
+      std::lock_guard<std::mutex> lock(pool->mutex());
+      pool->process_pending(wait);
+      pool->disown_free_segments(&freed);
+      if (validate_) check(pool);
+    }
+    release(freed);
+  }
+}
+
+status device_cache::out_of_memory(size_t size, size_t rounded) {
+  const std::string reason = last_error();  // the backend's or the limit's words
+  size_t free_bytes = 0, total_bytes = 0;
+  (void)backend_.memory_info(device_, &free_bytes, &total_bytes);
+  const device_stats st = stats();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.num_ooms;
+  }
+  const auto reserved = static_cast<size_t>(st.table.at(stat_kind::reserved_bytes, all_pools).current);
+  const auto allocated = static_cast<size_t>(st.table.at(stat_kind::allocated_bytes, all_pools).current);
+  return fail(status::out_of_memory,
+              "out of memory on device %d (%s): tried to allocate %s (%zu bytes requested, segment of %s). "
+              "Device total %s, free %s. tracepool holds %s: %s allocated, %s cached. Cause: %s",
+              device_, backend_.name(), human(rounded).c_str(), size, human(segment_size_for(rounded)).c_str(),
+              human(total_bytes).c_str(), human(free_bytes).c_str(), human(reserved).c_str(), human(allocated).c_str(),
+              human(reserved - allocated).c_str(), reason.c_str());
+}
+
+status device_cache::free(block* b) {
+  stream_pool* pool = b->seg->owner;  // stable: only whole free segments change owner
+  std::lock_guard<std::mutex> lock(pool->mutex());
+  const status s = pool->free(b);
+  if (validate_) check(pool);
+  return s;
+}
+
+void device_cache::record_stream(block* b, backend::stream_handle used_on) {
+  stream_pool* pool = b->seg->owner;
+  std::lock_guard<std::mutex> lock(pool->mutex());
+  pool->record_stream(b, used_on);
+}
+
+device_stats device_cache::stats() {
+  device_stats out;
+  for (stream_pool* pool : pools_snapshot()) {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    out.table += pool->stats();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (stat_kind k : {stat_kind::segment, stat_kind::reserved_bytes})
+    for (int p = 0; p <= pool_kind_count; ++p) out.table.at(k, p) = segment_stats_.at(k, p);
+  out.counters = counters_;
+  out.limit_bytes = limit_;
+  return out;
+}
+
+void device_cache::reset_peak() {
+  for (stream_pool* pool : pools_snapshot()) {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    pool->stats().reset_peak();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  segment_stats_.reset_peak();
+}
+
+void device_cache::reset_accumulated() {
+  for (stream_pool* pool : pools_snapshot()) {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    pool->stats().reset_accumulated();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  segment_stats_.reset_accumulated();
+  const uint64_t invalid = counters_.num_invalid_frees;
+  counters_ = event_counters();
+  counters_.num_invalid_frees = invalid;  // evidence of misuse survives a reset
+}
+
+void device_cache::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = bytes;
+}
+
+void device_cache::count_invalid_free() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++counters_.num_invalid_frees;
+}
+
+bool device_cache::contains(const void* ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = segments_.upper_bound(static_cast<const char*>(ptr));
+  if (it == segments_.begin()) return false;
+  --it;
+  return static_cast<const char*>(ptr) < it->second->ptr + it->second->size;
+}
+
+// Every pool's invariants, and that the segments of all pools add up to the reserved bytes.
+status device_cache::validate() {
+  for (stream_pool* pool : pools_snapshot()) {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    if (status s = pool->validate(); s != status::ok) return s;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t reserved = 0;
+  for (auto& [start, seg] : segments_) reserved += static_cast<int64_t>(seg->size);
+  if (reserved != segment_stats_.at(stat_kind::reserved_bytes, all_pools).current ||
+      static_cast<int64_t>(segments_.size()) != segment_stats_.at(stat_kind::segment, all_pools).current)
+    return fail(status::internal, "validate: device %d segments add up to %lld bytes, stats say otherwise", device_,
+                static_cast<long long>(reserved));
+  return status::ok;
+}
+
+// Debug builds and validate:on check the pool after every operation; a broken invariant is a bug in
+// tracepool, and continuing would corrupt the caller's memory, so it stops here.
+void device_cache::check(stream_pool* pool) {
+  if (pool->validate() == status::ok) return;
+  std::fprintf(stderr, "tracepool: invariant broken on device %d: %s\n", device_, last_error());
+  std::abort();
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,70 @@
+// device_cache.h: everything tracepool caches on one device: one stream_pool per stream, the
+// segments obtained from the backend, the byte limit, and the allocation ladder with its OOM retry.
+//
+// Locking: mutex_ (the device lock) guards pools_, segments_, segment statistics and counters. Lock
+// order: a pool's lock, then the device lock; another pool's lock is only ever try_lock'ed while a
+// pool lock is held. Device work that may block (cuMemAlloc, cuMemFree, event synchronisation) runs
+// under at most the requesting pool's lock, never under the device lock.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "stats.h"
+#include "stream_pool.h"
+
+namespace tracepool::core {
+
+class device_cache {
+ public:
+  device_cache(backend::backend& be, int device, size_t limit, bool validate);
+  ~device_cache();  // gives every segment back to the backend, live blocks included
+  device_cache(const device_cache&) = delete;
+  device_cache& operator=(const device_cache&) = delete;
+
+  int device() const { return device_; }
+  // The pool of `stream`, created on first use. Pools live as long as the device_cache.
+  stream_pool* pool_for(backend::stream_handle stream);
+
+  // pre: 0 < size <= max_request.
+  status malloc(stream_pool* pool, size_t size, uint32_t site, block** out);
+  status free(block* b);
+  void record_stream(block* b, backend::stream_handle used_on);
+  // Gives fully free segments back to the device. With `wait`, first waits for pending frees.
+  void empty_cache(bool wait);
+
+  device_stats stats();
+  void reset_peak();
+  void reset_accumulated();
+  void set_limit(size_t bytes);
+  void count_invalid_free();
+  // Whether ptr lies inside one of this device's segments.
+  bool contains(const void* ptr);
+  status validate();
+
+ private:
+  status try_allocate(stream_pool* pool, size_t rounded, size_t size, uint32_t site, block** out);
+  segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);
+  status grow(size_t rounded, pool_kind kind, uint32_t site, segment** out);
+  void release(const std::vector<segment*>& segments);
+  status out_of_memory(size_t size, size_t rounded);
+  std::vector<stream_pool*> pools_snapshot();
+  void check(stream_pool* pool);
+
+  backend::backend& backend_;
+  const int device_;
+  const bool validate_;
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<stream_pool>> pools_;
+  std::map<const char*, segment*> segments_;  // by start address
+  stat_table segment_stats_;                  // segment and reserved_bytes rows only
+  event_counters counters_;
+  size_t limit_ = 0;
+  size_t reserving_ = 0;                      // bytes being obtained from the backend right now
+};
+
+}  // namespace tracepool::core

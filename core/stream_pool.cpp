@@ -1,0 +1,271 @@
+#include "stream_pool.h"
+
+#include <algorithm>
+#include <cinttypes>
+
+namespace tracepool::core {
+
+stream_pool::stream_pool(backend::backend& be, int device, backend::stream_handle stream)
+    : stream_(stream), device_(device), reuse_(be, device, stream) {}
+
+stream_pool::~stream_pool() {
+  while (spare_ != nullptr) {
+    block* next = spare_->bin_next;
+    delete spare_;
+    spare_ = next;
+  }
+}
+
+// Block structs are recycled: the split of an alloc and the merge of its free would otherwise cost
+// a host malloc and free per pair.
+block* stream_pool::new_block() {
+  if (spare_ == nullptr) return new block();
+  block* b = spare_;
+  spare_ = b->bin_next;
+  *b = block();
+  return b;
+}
+
+void stream_pool::recycle(block* b) {
+  delete b->stream_uses;
+  b->stream_uses = nullptr;
+  b->bin_next = spare_;
+  spare_ = b;
+}
+
+void stream_pool::insert_free(block* b) {
+  b->state = block_state::free;
+  const pool_kind kind = b->seg->kind;
+  if (kind == pool_kind::small) small_.insert(b);
+  else large_.insert(b);
+  b->counted_split = !b->is_whole_segment();
+  if (b->counted_split) {
+    stats_.increase(stat_kind::inactive_split, kind, 1);
+    stats_.increase(stat_kind::inactive_split_bytes, kind, static_cast<int64_t>(b->size));
+  }
+}
+
+void stream_pool::erase_free(block* b) {
+  const pool_kind kind = b->seg->kind;
+  if (kind == pool_kind::small) small_.erase(b);
+  else large_.erase(b);
+  if (b->counted_split) {
+    stats_.decrease(stat_kind::inactive_split, kind, 1);
+    stats_.decrease(stat_kind::inactive_split_bytes, kind, static_cast<int64_t>(b->size));
+    b->counted_split = false;
+  }
+}
+
+block* stream_pool::find_free(size_t rounded, pool_kind kind) const {
+  return kind == pool_kind::small ? small_.best_fit(rounded) : large_.best_fit(rounded);
+}
+
+block* stream_pool::allocate(block* b, size_t rounded, size_t requested, uint32_t site) {
+  const pool_kind kind = b->seg->kind;
+  block* rest = should_split(kind, b->size, rounded) ? new_block() : nullptr;  // may throw: before any change
+  erase_free(b);
+  if (rest != nullptr) {
+    rest->ptr = b->ptr + rounded;
+    rest->size = b->size - rounded;
+    rest->seg = b->seg;
+    rest->prev = b;
+    rest->next = b->next;
+    rest->free_seq = b->free_seq;  // same memory, same last use
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    insert_free(rest);
+  }
+  b->state = block_state::allocated;
+  b->requested = requested;
+  b->site = site;
+  const auto bytes = static_cast<int64_t>(b->size);
+  stats_.increase(stat_kind::allocation, kind, 1);
+  stats_.increase(stat_kind::allocated_bytes, kind, bytes);
+  stats_.increase(stat_kind::active, kind, 1);
+  stats_.increase(stat_kind::active_bytes, kind, bytes);
+  stats_.increase(stat_kind::requested_bytes, kind, static_cast<int64_t>(requested));
+  return b;
+}
+
+status stream_pool::free(block* b) {
+  const pool_kind kind = b->seg->kind;
+  if (b->stream_uses != nullptr && !b->stream_uses->empty()) {
+    if (status s = reuse_.defer_free(b); s != status::ok) return s;
+    b->state = block_state::pending_free;
+  }
+  stats_.decrease(stat_kind::allocation, kind, 1);
+  stats_.decrease(stat_kind::allocated_bytes, kind, static_cast<int64_t>(b->size));
+  stats_.decrease(stat_kind::requested_bytes, kind, static_cast<int64_t>(b->requested));
+  if (b->state == block_state::allocated) release_to_free_list(b);
+  return status::ok;
+}
+
+void stream_pool::process_pending(bool wait) {
+  if (!reuse_.has_pending()) return;
+  std::vector<block*> ready;
+  reuse_.collect_ready(&ready, wait);
+  for (block* b : ready) release_to_free_list(b);
+}
+
+// The end of a block's life as active memory: merge with free neighbours, back to the free list.
+void stream_pool::release_to_free_list(block* b) {
+  const pool_kind kind = b->seg->kind;
+  stats_.decrease(stat_kind::active, kind, 1);
+  stats_.decrease(stat_kind::active_bytes, kind, static_cast<int64_t>(b->size));
+  b->requested = 0;
+  b->free_seq = reuse_.next_free_seq();
+  delete b->stream_uses;
+  b->stream_uses = nullptr;
+  const uint32_t site = b->site;  // the merged block is attributed to the memory last in use
+  if (block* p = b->prev; p != nullptr && p->state == block_state::free) {
+    erase_free(p);
+    absorb(p, b);
+    b = p;
+  }
+  if (block* n = b->next; n != nullptr && n->state == block_state::free) {
+    erase_free(n);
+    absorb(b, n);
+  }
+  b->site = site;
+  insert_free(b);
+}
+
+// Joins `right` into its left neighbour. Neither is on a free list.
+void stream_pool::absorb(block* left, block* right) {
+  left->size += right->size;
+  left->next = right->next;
+  if (right->next != nullptr) right->next->prev = left;
+  left->free_seq = std::max(left->free_seq, right->free_seq);
+  recycle(right);
+}
+
+void stream_pool::adopt(segment* s) {
+  block* b = new_block();
+  s->owner = this;
+  link(s);
+  b->ptr = s->ptr;
+  b->size = s->size;
+  b->seg = s;
+  b->site = s->site;
+  s->first = b;
+  insert_free(b);  // free_seq 0: idle on the device, so safe for every stream
+}
+
+segment* stream_pool::disown_safe_segment(size_t rounded, pool_kind kind) {
+  reuse_.fence();  // a failed fence only means nothing new becomes safe
+  segment* best = nullptr;
+  for (segment* s = segments_; s != nullptr; s = s->pool_next) {
+    const block* b = s->first;
+    if (s->kind != kind || s->size < rounded || b->state != block_state::free || !b->is_whole_segment()) continue;
+    if (!reuse_.safe_for_other_streams(*b)) continue;
+    if (best == nullptr || s->size < best->size) best = s;
+  }
+  if (best == nullptr) return nullptr;
+  erase_free(best->first);
+  recycle(best->first);
+  best->first = nullptr;
+  unlink(best);
+  return best;
+}
+
+void stream_pool::disown_free_segments(std::vector<segment*>* out) {
+  for (segment* s = segments_; s != nullptr;) {
+    segment* next = s->pool_next;
+    if (s->first->state == block_state::free && s->first->is_whole_segment()) {
+      erase_free(s->first);
+      recycle(s->first);
+      s->first = nullptr;
+      unlink(s);
+      out->push_back(s);
+    }
+    s = next;
+  }
+}
+
+void stream_pool::record_stream(block* b, backend::stream_handle used_on) {
+  if (used_on == stream_) return;
+  if (b->stream_uses == nullptr) b->stream_uses = new std::vector<backend::stream_handle>();
+  for (auto s : *b->stream_uses)
+    if (s == used_on) return;
+  b->stream_uses->push_back(used_on);
+}
+
+void stream_pool::link(segment* s) {
+  s->pool_prev = nullptr;
+  s->pool_next = segments_;
+  if (segments_ != nullptr) segments_->pool_prev = s;
+  segments_ = s;
+}
+
+void stream_pool::unlink(segment* s) {
+  if (s->pool_prev != nullptr) s->pool_prev->pool_next = s->pool_next;
+  else segments_ = s->pool_next;
+  if (s->pool_next != nullptr) s->pool_next->pool_prev = s->pool_prev;
+  s->pool_prev = s->pool_next = nullptr;
+}
+
+// ---- validate -----------------------------------------------------------------------------------
+
+status stream_pool::validate_segment(const segment* s, stat_table* seen) const {
+  const char* where = s->kind == pool_kind::small ? "small" : "large";
+  if (s->owner != this || s->first == nullptr || s->first->ptr != s->ptr || s->first->prev != nullptr)
+    return fail(status::internal, "validate: %s segment %p has a bad owner or first block", where, s->ptr);
+  size_t total = 0;
+  for (const block* b = s->first; b != nullptr; b = b->next) {
+    if (b->seg != s || b->size == 0 || b->size % min_block_size != 0 || b->ptr != s->ptr + total)
+      return fail(status::internal, "validate: block %p in segment %p is misplaced or misaligned", b->ptr, s->ptr);
+    if (b->next != nullptr && b->next->prev != b)
+      return fail(status::internal, "validate: block %p has a broken neighbour link", b->ptr);
+    const bool is_free = b->state == block_state::free;
+    if (is_free && b->next != nullptr && b->next->state == block_state::free)
+      return fail(status::internal, "validate: free blocks %p and %p were not merged", b->ptr, b->next->ptr);
+    const bool listed = s->kind == pool_kind::small ? small_.contains(b) : large_.contains(b);
+    if (is_free != listed || b->counted_split != (is_free && !b->is_whole_segment()))
+      return fail(status::internal, "validate: block %p free-list membership disagrees with its state", b->ptr);
+    const auto bytes = static_cast<int64_t>(b->size);
+    if (is_free && b->counted_split) {
+      seen->increase(stat_kind::inactive_split, s->kind, 1);
+      seen->increase(stat_kind::inactive_split_bytes, s->kind, bytes);
+    }
+    if (!is_free) {
+      seen->increase(stat_kind::active, s->kind, 1);
+      seen->increase(stat_kind::active_bytes, s->kind, bytes);
+    }
+    if (b->state == block_state::allocated) {
+      seen->increase(stat_kind::allocation, s->kind, 1);
+      seen->increase(stat_kind::allocated_bytes, s->kind, bytes);
+      seen->increase(stat_kind::requested_bytes, s->kind, static_cast<int64_t>(b->requested));
+    }
+    total += b->size;
+  }
+  if (total != s->size)
+    return fail(status::internal, "validate: blocks of segment %p add up to %zu, not %zu", s->ptr, total, s->size);
+  return status::ok;
+}
+
+status stream_pool::validate() const {
+  stat_table seen;
+  size_t free_blocks = 0;
+  for (const segment* s = segments_; s != nullptr; s = s->pool_next) {
+    if (status st = validate_segment(s, &seen); st != status::ok) return st;
+    for (const block* b = s->first; b != nullptr; b = b->next) free_blocks += b->state == block_state::free;
+  }
+  if (free_blocks != small_.size() + large_.size())
+    return fail(status::internal, "validate: %zu free blocks but %zu listed", free_blocks, small_.size() + large_.size());
+  static const char* const names[] = {"allocation",     "segment",      "active",
+                                      "inactive_split", "allocated_bytes", "reserved_bytes",
+                                      "active_bytes",   "inactive_split_bytes", "requested_bytes"};
+  for (int k = 0; k < stat_kind_count; ++k) {
+    if (k == static_cast<int>(stat_kind::segment) || k == static_cast<int>(stat_kind::reserved_bytes)) continue;
+    for (int p = 0; p <= pool_kind_count; ++p) {
+      const int64_t want = seen.cells[k][p].current, have = stats_.cells[k][p].current;
+      if (want != have)
+        return fail(status::internal, "validate: stat %s[%d] is %" PRId64 " but the blocks say %" PRId64, names[k], p,
+                    have, want);
+    }
+  }
+  return status::ok;
+}
+
+}  // namespace tracepool::core

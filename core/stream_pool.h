@@ -1,0 +1,78 @@
+// stream_pool.h: the cached memory of one (device, stream): its segments, their blocks, the free
+// lists, best fit with split and merge, and the block statistics. Invariants: block.h, checked by
+// validate().
+//
+// Locking: every member except the constructor and stream() requires mutex() to be held. Nothing
+// under it calls into a host language or takes another pool's lock (except by try_lock, see
+// device_cache).
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "block.h"
+#include "free_list.h"
+#include "stats.h"
+#include "stream_reuse.h"
+
+namespace tracepool::core {
+
+class stream_pool {
+ public:
+  stream_pool(backend::backend& be, int device, backend::stream_handle stream);
+  ~stream_pool();  // the segments must have been disowned already
+  stream_pool(const stream_pool&) = delete;
+  stream_pool& operator=(const stream_pool&) = delete;
+
+  std::mutex& mutex() { return mutex_; }
+  backend::stream_handle stream() const { return stream_; }
+
+  // Smallest free block of the kind that holds `rounded`, or nullptr.
+  block* find_free(size_t rounded, pool_kind kind) const;
+  // Hands out free block `b` (split if worthwhile) for a request of `requested` bytes.
+  block* allocate(block* b, size_t rounded, size_t requested, uint32_t site);
+  // Takes back an allocated block; with record_stream streams it becomes pending until they are done.
+  status free(block* b);
+  // Finishes pending frees whose events completed (all of them, waiting, if `wait`).
+  void process_pending(bool wait);
+  bool has_pending() const { return reuse_.has_pending(); }
+  // Adds a segment that is free as a whole (new from the device, or moved from another pool).
+  void adopt(segment* s);
+  // Removes and returns the smallest whole free segment of `kind` with at least `rounded` bytes that
+  // other streams may use (fencing this pool's stream if needed); nullptr if there is none.
+  segment* disown_safe_segment(size_t rounded, pool_kind kind);
+  // Removes every whole free segment, for release to the device.
+  void disown_free_segments(std::vector<segment*>* out);
+
+  // Record another stream that uses allocated block `b` (Tensor.record_stream).
+  void record_stream(block* b, backend::stream_handle used_on);
+
+  const stat_table& stats() const { return stats_; }
+  stat_table& stats() { return stats_; }
+  bool owns_segments() const { return segments_ != nullptr; }
+  status validate() const;
+
+ private:
+  block* new_block();
+  void recycle(block* b);
+  void insert_free(block* b);
+  void erase_free(block* b);
+  void release_to_free_list(block* b);
+  void absorb(block* left, block* right);
+  void link(segment* s);
+  void unlink(segment* s);
+  status validate_segment(const segment* s, stat_table* seen) const;
+
+  std::mutex mutex_;
+  backend::stream_handle stream_;
+  int device_;
+  small_free_list small_;
+  large_free_list large_;
+  stat_table stats_;
+  stream_reuse reuse_;
+  segment* segments_ = nullptr;  // intrusive list through segment::pool_next
+  block* spare_ = nullptr;       // recycled block structs, linked through bin_next
+};
+
+}  // namespace tracepool::core

@@ -1,0 +1,78 @@
+#include "stream_reuse.h"
+
+namespace tracepool::core {
+
+stream_reuse::~stream_reuse() {
+  if (fence_event_ != nullptr) backend_.return_event(device_, fence_event_);
+  for (auto& p : pending_)
+    for (auto e : p.events) backend_.return_event(device_, e);
+}
+
+status stream_reuse::poll_fence() {
+  if (fence_event_ == nullptr) return status::ok;
+  bool done = false;
+  if (status s = backend_.query_event(device_, fence_event_, &done); s != status::ok) return s;
+  if (done) {
+    safe_seq_ = fence_seq_;
+    backend_.return_event(device_, fence_event_);
+    fence_event_ = nullptr;
+  }
+  return status::ok;
+}
+
+status stream_reuse::fence() {
+  if (status s = poll_fence(); s != status::ok) return s;
+  if (fence_event_ != nullptr || safe_seq_ == free_seq_) return status::ok;
+  if (status s = backend_.record_event(device_, stream_, &fence_event_); s != status::ok) {
+    fence_event_ = nullptr;
+    return s;
+  }
+  fence_seq_ = free_seq_;
+  return poll_fence();  // an idle stream completes at once
+}
+
+status stream_reuse::synchronize() {
+  if (status s = fence(); s != status::ok) return s;
+  if (fence_event_ == nullptr) return status::ok;
+  if (status s = backend_.synchronize_event(device_, fence_event_); s != status::ok) return s;
+  return poll_fence();
+}
+
+status stream_reuse::defer_free(block* b) {
+  pending_block p{b, {}};
+  p.events.reserve(b->stream_uses->size());
+  for (backend::stream_handle used : *b->stream_uses) {
+    backend::event_handle e = nullptr;
+    if (status s = backend_.record_event(device_, used, &e); s != status::ok) {
+      for (auto taken : p.events) backend_.return_event(device_, taken);
+      return s;
+    }
+    p.events.push_back(e);
+  }
+  pending_.push_back(std::move(p));
+  return status::ok;
+}
+
+void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait) {
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    pending_block& p = pending_[i];
+    bool all_done = true;
+    for (auto e : p.events) {
+      bool done = false;
+      status s = wait ? backend_.synchronize_event(device_, e) : backend_.query_event(device_, e, &done);
+      if (wait) done = s == status::ok;
+      all_done = all_done && done;
+    }
+    if (all_done) {
+      for (auto e : p.events) backend_.return_event(device_, e);
+      ready->push_back(p.b);
+    } else {
+      if (kept != i) pending_[kept] = std::move(p);
+      ++kept;
+    }
+  }
+  pending_.resize(kept);
+}
+
+}  // namespace tracepool::core
