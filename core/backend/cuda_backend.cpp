@@ -1,0 +1,414 @@
+// cuda_backend.cpp: the backend over the CUDA driver API, loaded at run time (ARCHITECTURE.md,
+// decision 1). libcuda.so.1 is dlopen'ed and every entry point is resolved through
+// cuGetProcAddress, so the library loads on machines without a GPU and says why at first use.
+//
+// Note [Primary context]: every device is used through its primary context, the one PyTorch,
+// CuPy and the runtime API share. It is retained once, lazily, and never released: the host
+// framework owns its lifetime and may still be using it when we are destroyed. Each call makes
+// it current only for its own duration and restores the thread's previous context.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend.h"
+
+namespace tracepool::backend {
+namespace {
+
+// Entry points are resolved with the ABI they had in CUDA 12.0 (cuMemAlloc_v2, ...). Asking for
+// CUDA_VERSION instead would silently switch a pointer's ABI when the headers are upgraded.
+constexpr int kDriverApiVersion = 12000;
+constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc documents only 256
+
+// Every entry point used, as X(member, symbol, type of its CUDA 12.0 version).
+#define TRACEPOOL_CUDA_ENTRY_POINTS(X)                                                    \
+  X(get_error_name, cuGetErrorName, PFN_cuGetErrorName_v6000)                             \
+  X(get_error_string, cuGetErrorString, PFN_cuGetErrorString_v6000)                       \
+  X(init, cuInit, PFN_cuInit_v2000)                                                       \
+  X(device_get_count, cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                       \
+  X(device_get, cuDeviceGet, PFN_cuDeviceGet_v2000)                                       \
+  X(primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)     \
+  X(ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                          \
+  X(ctx_set_current, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                          \
+  X(mem_get_info, cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                   \
+  X(mem_alloc, cuMemAlloc, PFN_cuMemAlloc_v3020)                                          \
+  X(mem_free, cuMemFree, PFN_cuMemFree_v3020)                                             \
+  X(event_create, cuEventCreate, PFN_cuEventCreate_v2000)                                 \
+  X(event_destroy, cuEventDestroy, PFN_cuEventDestroy_v4000)                              \
+  X(event_record, cuEventRecord, PFN_cuEventRecord_v2000)                                 \
+  X(event_query, cuEventQuery, PFN_cuEventQuery_v2000)                                    \
+  X(event_synchronize, cuEventSynchronize, PFN_cuEventSynchronize_v2000)                  \
+  X(stream_create, cuStreamCreate, PFN_cuStreamCreate_v2000)                              \
+  X(stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                           \
+  X(stream_synchronize, cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)               \
+  X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)
+
+struct driver_api {
+#define TRACEPOOL_DECLARE_ENTRY_POINT(member, symbol, type) type member = nullptr;
+  TRACEPOOL_CUDA_ENTRY_POINTS(TRACEPOOL_DECLARE_ENTRY_POINT)
+#undef TRACEPOOL_DECLARE_ENTRY_POINT
+};
+
+// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", or the bare code where the driver has no name for
+// it. The text lives until this thread's next call.
+const char* describe(const driver_api& api, CUresult r) noexcept {
+  thread_local char t[256];
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (api.get_error_name) api.get_error_name(r, &name);
+  if (api.get_error_string) api.get_error_string(r, &text);
+  if (!name) std::snprintf(t, sizeof t, "CUresult %d", static_cast<int>(r));
+  else std::snprintf(t, sizeof t, "%s (%s)", name, text ? text : "no description");
+  return t;
+}
+
+// CUDA_VISIBLE_DEVICES is the usual reason why a machine with GPUs shows none.
+const char* visible_devices() noexcept {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return visible ? visible : "<unset>";
+}
+
+// Resolves entry points one by one and remembers the first one the driver lacks.
+struct entry_point_resolver {
+  PFN_cuGetProcAddress_v12000 get_proc;
+  const char* missing = nullptr;
+  CUresult result = CUDA_SUCCESS;
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
+
+  template <class F>
+  void operator()(const char* name, F* fn) noexcept {
+    if (missing) return;
+    void* p = nullptr;
+    // Legacy-stream variants: backend.h defines a null stream as the legacy default stream.
+    result = get_proc(name, &p, kDriverApiVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+    if (result != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !p) missing = name;
+    else *fn = reinterpret_cast<F>(p);
+  }
+};
+
+status open_driver(PFN_cuGetProcAddress_v12000* get_proc) noexcept {
+  // RTLD_LOCAL: the host (PyTorch, CuPy) may hold the driver too; we add a handle without
+  // exporting its symbols. Never dlclose'd: the driver keeps threads and atexit hooks.
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    return fail(status::unavailable,
+                "backend cuda: cannot load libcuda.so.1 (dlopen: %s); is the NVIDIA driver "
+                "installed?", dlerror());
+  }
+  void* symbol = dlsym(library, "cuGetProcAddress_v2");
+  if (!symbol) {
+    return fail(status::unavailable, "backend cuda: libcuda.so.1 has no cuGetProcAddress_v2: the "
+                "NVIDIA driver predates CUDA 12.0 and must be updated");
+  }
+  *get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(symbol);
+  return status::ok;
+}
+
+status explain_missing(const entry_point_resolver& resolve, const driver_api& api) noexcept {
+  // The toolkit's stub libcuda (for linking only) often lands on LD_LIBRARY_PATH in containers.
+  if (resolve.result == CUDA_ERROR_STUB_LIBRARY) {
+    Dl_info info{};
+    dladdr(reinterpret_cast<void*>(resolve.get_proc), &info);
+    return fail(status::unavailable, "backend cuda: %s is the CUDA toolkit's stub library, not "
+                "the NVIDIA driver; is LD_LIBRARY_PATH set to a stubs directory?",
+                info.dli_fname ? info.dli_fname : "libcuda.so.1");
+  }
+  if (resolve.result != CUDA_SUCCESS) {
+    return fail(status::unavailable, "backend cuda: cuGetProcAddress(\"%s\"): %s", resolve.missing,
+                describe(api, resolve.result));
+  }
+  bool too_old = resolve.found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+  return fail(status::unavailable, "backend cuda: the driver has no %s for CUDA 12.0 (%s); update "
+              "the NVIDIA driver", resolve.missing, too_old ? "too old" : "symbol not found");
+}
+
+status load_driver(driver_api* api) noexcept {
+  entry_point_resolver resolve{};
+  if (status s = open_driver(&resolve.get_proc); s != status::ok) return s;
+#define TRACEPOOL_RESOLVE_ENTRY_POINT(member, symbol, type) resolve(#symbol, &api->member);
+  TRACEPOOL_CUDA_ENTRY_POINTS(TRACEPOOL_RESOLVE_ENTRY_POINT)
+#undef TRACEPOOL_RESOLVE_ENTRY_POINT
+  return resolve.missing ? explain_missing(resolve, *api) : status::ok;
+}
+
+status init_driver(const driver_api& api, int* count) noexcept {
+  if (CUresult r = api.init(0); r != CUDA_SUCCESS) {
+    return fail(status::unavailable, "backend cuda: cuInit failed: %s; CUDA_VISIBLE_DEVICES=%s",
+                describe(api, r), visible_devices());
+  }
+  if (CUresult r = api.device_get_count(count); r != CUDA_SUCCESS) {
+    return fail(status::unavailable, "backend cuda: cuDeviceGetCount: %s", describe(api, r));
+  }
+  if (*count <= 0) {
+    return fail(status::unavailable, "backend cuda: the driver reports 0 devices; "
+                "CUDA_VISIBLE_DEVICES=%s", visible_devices());
+  }
+  return status::ok;
+}
+
+// Runs on the driver's host-callback thread and keeps everything queued behind it on the stream
+// waiting until release_hold() opens the gate. It frees the gate itself, because only it knows
+// when nobody will look at the gate again.
+void CUDA_CB wait_for_gate(void* data) {
+  auto* gate = static_cast<std::atomic<bool>*>(data);
+  while (!gate->load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  delete gate;
+}
+
+// One per device. `context` goes from null to the retained primary context once, under `mutex`,
+// and is read without the lock afterwards. `free_events` holds recorded-and-returned events,
+// which are reusable because cuEventRecord re-arms an event.
+struct device_state {
+  CUdevice handle = 0;
+  std::atomic<CUcontext> context{nullptr};
+  std::mutex mutex;  // guards the retain of `context`, and `free_events`
+  std::vector<CUevent> free_events;
+};
+
+class cuda_backend final : public backend {
+ public:
+  cuda_backend(const driver_api& api, int count, std::unique_ptr<device_state[]> devices) noexcept
+      : api_(api), count_(count), devices_(std::move(devices)) {}
+
+  ~cuda_backend() override {
+    // At process exit the driver may be gone already (CUDA_ERROR_DEINITIALIZED), and the
+    // events with it. Errors are ignored: there is nobody left to report them to.
+    CUcontext previous = nullptr;
+    if (api_.ctx_get_current(&previous) != CUDA_SUCCESS) return;
+    for (int d = 0; d < count_; ++d) {
+      CUcontext context = devices_[d].context.load(std::memory_order_acquire);
+      if (!context || devices_[d].free_events.empty()) continue;
+      if (api_.ctx_set_current(context) != CUDA_SUCCESS) continue;
+      for (CUevent event : devices_[d].free_events) api_.event_destroy(event);
+    }
+    api_.ctx_set_current(previous);
+  }
+
+  const char* name() const noexcept override { return "cuda"; }
+  int device_count() const noexcept override { return count_; }
+
+  status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept override {
+    return with_context(device, "cuMemGetInfo", [&] {
+      CUresult r = api_.mem_get_info(free_bytes, total_bytes);
+      return check(r, "cuMemGetInfo on device %d", device);
+    });
+  }
+
+  status allocate(int device, size_t size, void** out) noexcept override {
+    return with_context(device, "cuMemAlloc", [&] {
+      CUdeviceptr ptr = 0;
+      CUresult r = api_.mem_alloc(&ptr, size);
+      if (r != CUDA_SUCCESS) {
+        status s = check(r, "cuMemAlloc(%zu bytes) on device %d", size, device);
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? status::out_of_memory : s;
+      }
+      if (ptr % kAlignment != 0) {
+        api_.mem_free(ptr);
+        return fail(status::backend_error, "cuMemAlloc(%zu bytes) on device %d returned %p, not "
+                    "%zu-byte aligned", size, device, reinterpret_cast<void*>(ptr), kAlignment);
+      }
+      *out = reinterpret_cast<void*>(ptr);
+      return status::ok;
+    });
+  }
+
+  status release(int device, void* ptr, size_t size) noexcept override {
+    return with_context(device, "cuMemFree", [&] {
+      CUresult r = api_.mem_free(reinterpret_cast<CUdeviceptr>(ptr));
+      return check(r, "cuMemFree(%p, %zu bytes) on device %d", ptr, size, device);
+    });
+  }
+
+  status record_event(int device, stream_handle stream, event_handle* out) noexcept override {
+    return with_context(device, "cuEventRecord", [&] {
+      CUevent event = nullptr;
+      if (status s = take_event(device, &event); s != status::ok) return s;
+      CUresult r = api_.event_record(event, static_cast<CUstream>(stream));
+      if (r != CUDA_SUCCESS) {
+        return_event(device, event);
+        return check(r, "cuEventRecord(stream %p) on device %d", stream, device);
+      }
+      *out = event;
+      return status::ok;
+    });
+  }
+
+  status query_event(int device, event_handle event, bool* done) noexcept override {
+    return with_context(device, "cuEventQuery", [&] {
+      CUresult r = api_.event_query(static_cast<CUevent>(event));
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+        return check(r, "cuEventQuery(%p) on device %d", event, device);
+      }
+      *done = r == CUDA_SUCCESS;
+      return status::ok;
+    });
+  }
+
+  status synchronize_event(int device, event_handle event) noexcept override {
+    return with_context(device, "cuEventSynchronize", [&] {
+      CUresult r = api_.event_synchronize(static_cast<CUevent>(event));
+      return check(r, "cuEventSynchronize(%p) on device %d", event, device);
+    });
+  }
+
+  void return_event(int device, event_handle event) noexcept override {
+    if (!valid_device(device) || !event) return;  // no sane way to pool a foreign handle
+    device_state& state = devices_[device];
+    std::lock_guard<std::mutex> lock(state.mutex);
+    try {
+      state.free_events.push_back(static_cast<CUevent>(event));
+    } catch (...) {}  // out of host memory: leaking one event beats aborting the host process
+  }
+
+  status create_stream(int device, stream_handle* out) noexcept override {
+    return with_context(device, "cuStreamCreate", [&] {
+      CUstream stream = nullptr;
+      CUresult r = api_.stream_create(&stream, CU_STREAM_NON_BLOCKING);
+      if (r == CUDA_SUCCESS) *out = stream;
+      return check(r, "cuStreamCreate on device %d", device);
+    });
+  }
+
+  status destroy_stream(int device, stream_handle stream) noexcept override {
+    return with_context(device, "cuStreamDestroy", [&] {
+      CUresult r = api_.stream_destroy(static_cast<CUstream>(stream));
+      return check(r, "cuStreamDestroy(%p) on device %d", stream, device);
+    });
+  }
+
+  status synchronize_stream(int device, stream_handle stream) noexcept override {
+    return with_context(device, "cuStreamSynchronize", [&] {
+      CUresult r = api_.stream_synchronize(static_cast<CUstream>(stream));
+      return check(r, "cuStreamSynchronize(%p) on device %d", stream, device);
+    });
+  }
+
+  status hold_stream(int device, stream_handle stream, void** hold) noexcept override {
+    return with_context(device, "cuLaunchHostFunc", [&] {
+      auto* gate = new (std::nothrow) std::atomic<bool>(false);
+      if (!gate) return fail(status::internal, "hold_stream on device %d: out of memory", device);
+      CUresult r = api_.launch_host_func(static_cast<CUstream>(stream), wait_for_gate, gate);
+      if (r != CUDA_SUCCESS) {
+        delete gate;  // never enqueued, so wait_for_gate will not free it
+        return check(r, "cuLaunchHostFunc(stream %p) on device %d", stream, device);
+      }
+      *hold = gate;
+      return status::ok;
+    });
+  }
+
+  status release_hold(void* hold) noexcept override {
+    if (!hold) return fail(status::invalid_argument, "release_hold: null hold");
+    // The last touch: wait_for_gate may free the gate as soon as it sees it open.
+    static_cast<std::atomic<bool>*>(hold)->store(true, std::memory_order_release);
+    return status::ok;
+  }
+
+ private:
+  bool valid_device(int device) const noexcept { return device >= 0 && device < count_; }
+
+  // ok for CUDA_SUCCESS; otherwise status::backend_error with "<call>: <error name> (<text>)".
+  __attribute__((format(printf, 3, 4))) status check(CUresult r, const char* fmt, ...) const {
+    if (r == CUDA_SUCCESS) return status::ok;
+    char what[256];
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(what, sizeof what, fmt, args);
+    va_end(args);
+    return fail(status::backend_error, "%s: %s", what, describe(api_, r));
+  }
+
+  // Runs body() with the device's primary context current (Note [Primary context]). Inside
+  // PyTorch that context is nearly always current already: then the overhead is one
+  // cuCtxGetCurrent, a thread-local read in the driver.
+  template <class Body>
+  status with_context(int device, const char* call, Body&& body) noexcept {
+    if (!valid_device(device)) {
+      return fail(status::invalid_device, "%s: device %d is not in [0, %d)", call, device, count_);
+    }
+    CUcontext context = nullptr;
+    if (status s = primary_context(device, &context); s != status::ok) return s;
+    CUcontext previous = nullptr;
+    if (CUresult r = api_.ctx_get_current(&previous); r != CUDA_SUCCESS) {
+      return check(r, "cuCtxGetCurrent (before %s on device %d)", call, device);
+    }
+    CUresult r = previous == context ? CUDA_SUCCESS : api_.ctx_set_current(context);
+    if (r != CUDA_SUCCESS) {
+      return check(r, "cuCtxSetCurrent(primary context of device %d) before %s", device, call);
+    }
+    status s = body();
+    // Restoring a context that was current a moment ago does not fail in practice; if it did,
+    // reporting it would hide body()'s own result, which the caller must see.
+    if (previous != context) api_.ctx_set_current(previous);
+    return s;
+  }
+
+  status primary_context(int device, CUcontext* out) noexcept {
+    device_state& state = devices_[device];
+    *out = state.context.load(std::memory_order_acquire);
+    if (*out) return status::ok;  // the path taken by every call after the first
+    std::lock_guard<std::mutex> lock(state.mutex);
+    *out = state.context.load(std::memory_order_relaxed);
+    if (*out) return status::ok;
+    if (CUresult r = api_.primary_ctx_retain(out, state.handle); r != CUDA_SUCCESS) {
+      return check(r, "cuDevicePrimaryCtxRetain(device %d)", device);
+    }
+    state.context.store(*out, std::memory_order_release);
+    return status::ok;
+  }
+
+  // Called with the device's context current. Creation happens outside the lock: it is slow
+  // and only happens until the pool has grown to the number of events in flight.
+  status take_event(int device, CUevent* out) noexcept {
+    device_state& state = devices_[device];
+    std::unique_lock<std::mutex> lock(state.mutex);
+    if (!state.free_events.empty()) {
+      *out = state.free_events.back();
+      state.free_events.pop_back();
+      return status::ok;
+    }
+    lock.unlock();
+    CUresult r = api_.event_create(out, CU_EVENT_DISABLE_TIMING);
+    return check(r, "cuEventCreate on device %d", device);
+  }
+
+  const driver_api api_;
+  const int count_;
+  std::unique_ptr<device_state[]> devices_;
+};
+
+}  // namespace
+
+status make_cuda_backend(std::unique_ptr<backend>* out) {
+  if (!out) return fail(status::invalid_argument, "make_cuda_backend: null out");
+  driver_api api;
+  if (status s = load_driver(&api); s != status::ok) return s;
+  int count = 0;
+  if (status s = init_driver(api, &count); s != status::ok) return s;
+  std::unique_ptr<device_state[]> devices(new (std::nothrow) device_state[count]);
+  if (!devices) return fail(status::internal, "backend cuda: out of host memory");
+  for (int d = 0; d < count; ++d) {
+    if (CUresult r = api.device_get(&devices[d].handle, d); r != CUDA_SUCCESS) {
+      return fail(status::unavailable, "backend cuda: cuDeviceGet(%d): %s", d, describe(api, r));
+    }
+  }
+  auto* cuda = new (std::nothrow) cuda_backend(api, count, std::move(devices));
+  if (!cuda) return fail(status::internal, "backend cuda: out of host memory");
+  out->reset(cuda);
+  return status::ok;
+}
+
+}  // namespace tracepool::backend

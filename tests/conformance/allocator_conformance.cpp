@@ -1,0 +1,221 @@
+// The conformance suite: what every backend must do, run on the host backend in CI and on CUDA on the
+// GPU machine (tests/gpu/run.sh). The CUDA cases skip, saying why, where no driver or device exists.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "allocator.h"
+#include "config.h"
+
+namespace tracepool::core {
+namespace {
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    config cfg;
+    const std::string text = "backend:" + GetParam() + ",validate:on";
+    ASSERT_EQ(parse_config(text.c_str(), &cfg), status::ok) << last_error();
+    const status s = allocator::create(cfg, &alloc_);
+    if (s == status::unavailable) GTEST_SKIP() << "backend " << GetParam() << " unavailable here: " << last_error();
+    ASSERT_EQ(s, status::ok) << last_error();
+  }
+  void TearDown() override {
+    if (!alloc_) return;
+    EXPECT_EQ(alloc_->validate(), status::ok) << last_error();
+    for (auto s : streams_) backend().destroy_stream(0, s);
+  }
+
+  backend::backend& backend() { return alloc_->device_backend(); }
+  backend::stream_handle new_stream() {
+    backend::stream_handle s = nullptr;
+    EXPECT_EQ(backend().create_stream(0, &s), status::ok) << last_error();
+    streams_.push_back(s);
+    return s;
+  }
+  device_stats stats() {
+    device_stats s;
+    EXPECT_EQ(alloc_->stats(0, &s), status::ok);
+    return s;
+  }
+  int64_t current(stat_kind k) { return stats().table.at(k, all_pools).current; }
+
+  std::unique_ptr<allocator> alloc_;
+  std::vector<backend::stream_handle> streams_;
+};
+
+TEST_P(Conformance, BlocksAreAlignedAndDisjoint) {
+  std::mt19937 rng(1);
+  std::vector<std::pair<char*, size_t>> live;
+  for (int i = 0; i < 400; ++i) {
+    const size_t size = 1 + rng() % (3u << 20);
+    void* p = nullptr;
+    ASSERT_EQ(alloc_->malloc(size, 0, nullptr, &p), status::ok) << last_error();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+    live.emplace_back(static_cast<char*>(p), size);
+  }
+  std::sort(live.begin(), live.end());
+  for (size_t i = 1; i < live.size(); ++i) EXPECT_LE(live[i - 1].first + live[i - 1].second, live[i].first);
+  for (auto& [p, size] : live) ASSERT_EQ(alloc_->free(p), status::ok);
+  EXPECT_EQ(current(stat_kind::allocated_bytes), 0);
+}
+
+TEST_P(Conformance, SameStreamReusesCachedBlock) {
+  backend::stream_handle s = new_stream();
+  void *p = nullptr, *q = nullptr;
+  ASSERT_EQ(alloc_->malloc(3000, 0, s, &p), status::ok);
+  ASSERT_EQ(alloc_->free(p), status::ok);
+  ASSERT_EQ(alloc_->malloc(3000, 0, s, &q), status::ok);
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(stats().counters.num_device_alloc, 1u);
+  ASSERT_EQ(alloc_->free(q), status::ok);
+}
+
+TEST_P(Conformance, OtherStreamWaitsForEvent) {
+  backend::stream_handle a = new_stream(), b = new_stream(), c = new_stream();
+  void* p = nullptr;
+  ASSERT_EQ(alloc_->malloc(1 << 20, 0, a, &p), status::ok);
+  void* hold = nullptr;
+  ASSERT_EQ(backend().hold_stream(0, a, &hold), status::ok) << last_error();
+  ASSERT_EQ(alloc_->free(p), status::ok);
+  void* q = nullptr;
+  ASSERT_EQ(alloc_->malloc(1 << 20, 0, b, &q), status::ok);
+  EXPECT_TRUE(static_cast<char*>(q) < static_cast<char*>(p) || static_cast<char*>(q) >= static_cast<char*>(p) + (2 << 20))
+      << "memory still in use on stream a went to stream b";
+  ASSERT_EQ(backend().release_hold(hold), status::ok);
+  ASSERT_EQ(backend().synchronize_stream(0, a), status::ok) << last_error();
+  void* r = nullptr;
+  ASSERT_EQ(alloc_->malloc(1 << 20, 0, c, &r), status::ok);  // a finished: its idle segment may move
+  EXPECT_TRUE(static_cast<char*>(r) >= static_cast<char*>(p) && static_cast<char*>(r) < static_cast<char*>(p) + (2 << 20));
+  ASSERT_EQ(alloc_->free(q), status::ok);
+  ASSERT_EQ(alloc_->free(r), status::ok);
+  EXPECT_EQ(stats().counters.num_device_alloc, 2u) << "the third block came from the fenced segment";
+}
+
+TEST_P(Conformance, RecordStreamDelaysReuseUntilThatStreamPassesTheFree) {
+  backend::stream_handle a = new_stream(), b = new_stream();
+  void* p = nullptr;
+  ASSERT_EQ(alloc_->malloc(8192, 0, a, &p), status::ok);
+  ASSERT_EQ(alloc_->record_stream(p, b), status::ok);
+  void* hold = nullptr;
+  ASSERT_EQ(backend().hold_stream(0, b, &hold), status::ok);
+  ASSERT_EQ(alloc_->free(p), status::ok);
+  void* q = nullptr;
+  ASSERT_EQ(alloc_->malloc(8192, 0, a, &q), status::ok);
+  EXPECT_NE(p, q);
+  EXPECT_EQ(current(stat_kind::active), 2);
+  ASSERT_EQ(backend().release_hold(hold), status::ok);
+  ASSERT_EQ(backend().synchronize_stream(0, b), status::ok);
+  void* r = nullptr;
+  ASSERT_EQ(alloc_->malloc(8192, 0, a, &r), status::ok);
+  EXPECT_EQ(r, p);
+  ASSERT_EQ(alloc_->free(q), status::ok);
+  ASSERT_EQ(alloc_->free(r), status::ok);
+}
+
+TEST_P(Conformance, EmptyCacheGivesSegmentsBack) {
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(alloc_->memory_info(0, &free_before, &total), status::ok);
+  std::vector<void*> ptrs(16);
+  for (auto& p : ptrs) ASSERT_EQ(alloc_->malloc(32 << 20, 0, nullptr, &p), status::ok);
+  for (auto p : ptrs) ASSERT_EQ(alloc_->free(p), status::ok);
+  EXPECT_EQ(current(stat_kind::reserved_bytes), 16 * (32 << 20)) << "freed memory stays cached";
+  ASSERT_EQ(alloc_->empty_cache(0), status::ok);
+  EXPECT_EQ(current(stat_kind::reserved_bytes), 0);
+  ASSERT_EQ(alloc_->memory_info(0, &free_after, &total), status::ok);
+  EXPECT_GE(free_after + (8 << 20), free_before) << "the device got its memory back";
+  EXPECT_EQ(stats().counters.num_device_free, 16u);
+}
+
+TEST_P(Conformance, RequestBeyondTheDeviceFailsCleanly) {
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(alloc_->memory_info(0, &free_bytes, &total), status::ok);
+  void* keep = nullptr;
+  ASSERT_EQ(alloc_->malloc(1 << 20, 0, nullptr, &keep), status::ok);
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(alloc_->malloc(total + (1u << 30), 0, nullptr, &p), status::out_of_memory);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(std::string(last_error()).find("out of memory on device 0"), std::string::npos) << last_error();
+  const auto s = stats();
+  EXPECT_EQ(s.counters.num_ooms, 1u);
+  EXPECT_EQ(s.counters.num_alloc_retries, 1u);
+  EXPECT_EQ(s.table.at(stat_kind::allocation, all_pools).current, 1) << "the live block is untouched";
+  ASSERT_EQ(alloc_->free(keep), status::ok);
+}
+
+TEST_P(Conformance, BadInputIsRejectedAndNothingIsLost) {
+  void* p = nullptr;
+  ASSERT_EQ(alloc_->malloc(4096, 0, nullptr, &p), status::ok);
+  int not_ours = 0;
+  EXPECT_EQ(alloc_->free(&not_ours), status::unknown_pointer);
+  EXPECT_EQ(alloc_->free(static_cast<char*>(p) + 512), status::double_free);
+  void* q = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(alloc_->malloc(0, 0, nullptr, &q), status::ok);
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(alloc_->malloc(SIZE_MAX, 0, nullptr, &q), status::invalid_argument);
+  EXPECT_EQ(alloc_->malloc(64, alloc_->device_count(), nullptr, &q), status::invalid_device);
+  ASSERT_EQ(alloc_->free(p), status::ok);
+  EXPECT_EQ(alloc_->free(p), status::double_free);
+  const auto s = stats();
+  EXPECT_EQ(s.counters.num_invalid_frees, 3u);
+  EXPECT_EQ(s.table.at(stat_kind::allocation, all_pools).current, 0);
+}
+
+// Many threads, each allocating on its own stream and freeing blocks that other threads allocated
+// (as PyTorch's autograd thread does), with every invariant checked after each operation.
+TEST_P(Conformance, MultiThreadMultiStreamStress) {
+  constexpr int threads = 8, ops = 3000;
+  std::vector<backend::stream_handle> streams;
+  for (int t = 0; t < threads; ++t) streams.push_back(new_stream());
+  std::mutex handoff_mutex;
+  std::vector<void*> handoff;  // blocks left for another thread to free
+  std::atomic<int> errors{0};
+  auto work = [&](int t) {
+    std::mt19937 rng(static_cast<unsigned>(t));
+    std::vector<void*> mine;
+    for (int i = 0; i < ops; ++i) {
+      const unsigned r = rng() % 10;
+      if (r < 5 || mine.empty()) {
+        void* p = nullptr;
+        const size_t size = rng() % 4 == 0 ? (1u << 20) + rng() % (24u << 20) : 1 + rng() % (256u << 10);
+        if (alloc_->malloc(size, 0, streams[static_cast<size_t>(t)], &p) != status::ok) ++errors;
+        else mine.push_back(p);
+      } else if (r < 8) {
+        if (alloc_->free(mine.back()) != status::ok) ++errors;
+        mine.pop_back();
+      } else {
+        std::lock_guard<std::mutex> lock(handoff_mutex);
+        handoff.push_back(mine.back());
+        mine.pop_back();
+        if (handoff.size() > 1 && alloc_->free(handoff.front()) != status::ok) ++errors;
+        if (handoff.size() > 1) handoff.erase(handoff.begin());
+      }
+    }
+    for (void* p : mine)
+      if (alloc_->free(p) != status::ok) ++errors;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+  for (auto& th : pool) th.join();
+  for (void* p : handoff) ASSERT_EQ(alloc_->free(p), status::ok);
+  EXPECT_EQ(errors.load(), 0) << last_error();
+  EXPECT_EQ(alloc_->validate(), status::ok) << last_error();
+  EXPECT_EQ(current(stat_kind::allocation), 0);
+  EXPECT_EQ(current(stat_kind::active_bytes), 0);
+  EXPECT_EQ(alloc_->live_blocks(), 0u);
+  ASSERT_EQ(alloc_->empty_cache(-1), status::ok);
+  EXPECT_EQ(current(stat_kind::reserved_bytes), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("host", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace tracepool::core

@@ -1,0 +1,205 @@
+// The C ABI: bad input gets a clear status and a message, and nothing is lost.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "tracepool/tracepool.h"
+
+namespace {
+
+struct CApi : ::testing::Test {
+  tracepool_t* tp = nullptr;
+  void SetUp() override { ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK); }
+  void TearDown() override { tracepool_destroy(tp); }
+
+  tracepool_stats_t stats(int device = 0) {
+    tracepool_stats_t s{};
+    s.size = sizeof s;
+    EXPECT_EQ(tracepool_get_stats(tp, device, &s), TRACEPOOL_OK);
+    return s;
+  }
+  std::string error() const { return tracepool_last_error(); }
+};
+
+TEST_F(CApi, MallocFreeRoundTripIsAlignedAndCounted) {
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 1000, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  std::memset(p, 1, 1000);  // host backend memory is real memory
+  EXPECT_EQ(stats().allocation.current, 1u);
+  EXPECT_EQ(stats().requested_bytes.current, 1000u);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  EXPECT_EQ(stats().allocation.current, 0u);
+}
+
+TEST_F(CApi, SizeZeroGivesNullAndFreeNullIsNoOp) {
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(tracepool_malloc(tp, 0, 0, nullptr, &p), TRACEPOOL_OK);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(tracepool_free(tp, nullptr, nullptr), TRACEPOOL_OK);
+  EXPECT_EQ(stats().allocation.allocated, 0u);
+}
+
+TEST_F(CApi, AbsurdSizeIsInvalidArgumentAndChangesNothing) {
+  void* p = nullptr;
+  EXPECT_EQ(tracepool_malloc(tp, SIZE_MAX, 0, nullptr, &p), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(error().find("largest supported request"), std::string::npos) << error();
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(stats().reserved_bytes.current, 0u);
+  EXPECT_EQ(stats().num_ooms, 0u);
+}
+
+TEST_F(CApi, SizeBeyondTheDeviceIsOutOfMemory) {
+  void* p = nullptr;
+  EXPECT_EQ(tracepool_malloc(tp, size_t{1} << 40, 0, nullptr, &p), TRACEPOOL_ERR_OOM);
+  EXPECT_NE(error().find("out of memory on device 0"), std::string::npos) << error();
+  EXPECT_EQ(stats().num_ooms, 1u);
+  EXPECT_EQ(tracepool_validate(tp), TRACEPOOL_OK);
+}
+
+TEST_F(CApi, UnknownPointerIsRejectedAndCounted) {
+  int on_stack = 0;
+  EXPECT_EQ(tracepool_free(tp, &on_stack, nullptr), TRACEPOOL_ERR_UNKNOWN_POINTER);
+  EXPECT_NE(error().find("never allocated"), std::string::npos) << error();
+  EXPECT_EQ(stats().num_invalid_frees, 1u);
+}
+
+TEST_F(CApi, DoubleFreeIsRejectedAndTheCacheSurvives) {
+  void *p = nullptr, *q = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &q), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_ERR_DOUBLE_FREE);
+  EXPECT_NE(error().find("not a live block"), std::string::npos) << error();
+  EXPECT_EQ(stats().num_invalid_frees, 1u);
+  EXPECT_EQ(stats().allocation.current, 1u) << "q is still live";
+  EXPECT_EQ(tracepool_validate(tp), TRACEPOOL_OK) << error();
+  ASSERT_EQ(tracepool_free(tp, q, nullptr), TRACEPOOL_OK);
+}
+
+TEST_F(CApi, InteriorPointerIsRejected) {
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_free(tp, static_cast<char*>(p) + 512, nullptr), TRACEPOOL_ERR_DOUBLE_FREE);
+  EXPECT_EQ(stats().allocation.current, 1u);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+}
+
+TEST_F(CApi, InvalidDeviceEverywhere) {
+  void* p = nullptr;
+  tracepool_stats_t s{};
+  s.size = sizeof s;
+  EXPECT_EQ(tracepool_malloc(tp, 64, 1, nullptr, &p), TRACEPOOL_ERR_INVALID_DEVICE);
+  EXPECT_NE(error().find("device 1 does not exist"), std::string::npos) << error();
+  EXPECT_EQ(tracepool_malloc(tp, 64, -1, nullptr, &p), TRACEPOOL_ERR_INVALID_DEVICE);
+  EXPECT_EQ(tracepool_get_stats(tp, 3, &s), TRACEPOOL_ERR_INVALID_DEVICE);
+  EXPECT_EQ(tracepool_empty_cache(tp, 3), TRACEPOOL_ERR_INVALID_DEVICE);
+  EXPECT_EQ(tracepool_empty_cache(tp, -1), TRACEPOOL_OK) << "-1 means every device";
+  EXPECT_EQ(tracepool_reset_peak_stats(tp, 9), TRACEPOOL_ERR_INVALID_DEVICE);
+}
+
+TEST_F(CApi, NullArgumentsAreInvalid) {
+  void* p = nullptr;
+  EXPECT_EQ(tracepool_malloc(nullptr, 64, 0, nullptr, &p), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_malloc(tp, 64, 0, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_free(nullptr, p, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_get_stats(tp, 0, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_create("", nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_record_stream(tp, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  tracepool_destroy(nullptr);
+}
+
+TEST_F(CApi, BadConfigurationSaysWhatWasWrong) {
+  tracepool_t* other = reinterpret_cast<tracepool_t*>(0x1);
+  EXPECT_EQ(tracepool_create("backend:host,capacity:1GiB", &other), TRACEPOOL_ERR_BAD_CONFIG);
+  EXPECT_EQ(other, nullptr);
+  EXPECT_NE(error().find("unknown key 'capacity'"), std::string::npos) << error();
+  EXPECT_EQ(tracepool_create("backend:host,limit:much", &other), TRACEPOOL_ERR_BAD_CONFIG);
+  EXPECT_NE(error().find("bad value 'much' for 'limit'"), std::string::npos) << error();
+}
+
+TEST_F(CApi, OlderSmallerStatsStructGetsOnlyWhatItKnows) {
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  tracepool_stats_t s;
+  std::memset(&s, 0xee, sizeof s);
+  s.size = offsetof(tracepool_stats_t, segment);  // a caller that knew only `allocation`
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &s), TRACEPOOL_OK);
+  EXPECT_EQ(s.allocation.current, 1u);
+  EXPECT_EQ(s.segment.current, 0xeeeeeeeeeeeeeeeeull) << "beyond the caller's size nothing is written";
+  s.size = 3;
+  EXPECT_EQ(tracepool_get_stats(tp, 0, &s), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+}
+
+TEST_F(CApi, StatusStringsAreDistinctAndNamed) {
+  std::set<std::string> seen;
+  for (int code = 0; code >= -9; --code) {
+    const std::string s = tracepool_status_string(code);
+    EXPECT_EQ(s.rfind("TRACEPOOL_", 0), 0u) << s;
+    seen.insert(s);
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_NE(std::string(tracepool_status_string(-2)).find("TRACEPOOL_ERR_OOM"), std::string::npos);
+  EXPECT_NE(std::string(tracepool_status_string(-1000)).find("unknown"), std::string::npos);
+}
+
+TEST_F(CApi, LastErrorIsPerThread) {
+  void* p = nullptr;
+  EXPECT_EQ(tracepool_malloc(tp, 64, 5, nullptr, &p), TRACEPOOL_ERR_INVALID_DEVICE);
+  std::string other_thread_sees = "unset";
+  std::thread([&] { other_thread_sees = tracepool_last_error(); }).join();
+  EXPECT_EQ(other_thread_sees, "");
+  EXPECT_NE(error().find("device 5"), std::string::npos);
+}
+
+TEST_F(CApi, LimitAndMemInfo) {
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(tracepool_mem_get_info(tp, 0, &free_bytes, &total), TRACEPOOL_OK);
+  EXPECT_GT(total, 0u);
+  ASSERT_EQ(tracepool_set_limit(tp, 0, 2u << 20), TRACEPOOL_OK);
+  EXPECT_EQ(stats().limit_bytes, 2u << 20);
+  void *p = nullptr, *q = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 1u << 20, 0, nullptr, &p), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_malloc(tp, 4u << 20, 0, nullptr, &q), TRACEPOOL_ERR_OOM);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+}
+
+TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
+  tracepool_t* a = tracepool_default();
+  ASSERT_NE(a, nullptr) << tracepool_last_error();
+  EXPECT_EQ(tracepool_default(), a);
+  tracepool_destroy(a);  // refused: still usable afterwards
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(a, 64, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(a, p, nullptr), TRACEPOOL_OK);
+}
+
+TEST(CApiTorch, EntryPointsUseTheDefaultInstance) {
+  tracepool_t* tp = tracepool_default();
+  ASSERT_NE(tp, nullptr);
+  tracepool_stats_t before{}, during{};
+  before.size = during.size = sizeof before;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &before), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_torch_alloc(0, 0, nullptr), nullptr) << "alloc(0) is handled";
+  void* p = tracepool_torch_alloc(1 << 20, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &during), TRACEPOOL_OK);
+  EXPECT_EQ(during.allocation.current, before.allocation.current + 1);
+  tracepool_torch_free(p, 1 << 20, 0, nullptr);
+  tracepool_torch_free(p, 1 << 20, 0, nullptr);  // a double free is reported, not fatal
+  tracepool_torch_free(nullptr, 0, 0, nullptr);
+  EXPECT_EQ(tracepool_torch_alloc(64, 99, nullptr), nullptr) << "bad device: NULL, never a throw";
+  tracepool_stats_t after{};
+  after.size = sizeof after;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &after), TRACEPOOL_OK);
+  EXPECT_EQ(after.allocation.current, before.allocation.current);
+  EXPECT_EQ(after.num_invalid_frees, before.num_invalid_frees + 1);
+}
+
+}  // namespace

@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config.h"
+
+namespace tracepool::core {
+
+TEST(Config, DefaultsWhenEmpty) {
+  config c;
+  ASSERT_EQ(parse_config(nullptr, &c), status::ok);
+  ASSERT_EQ(parse_config("", &c), status::ok);
+  EXPECT_EQ(c.backend, backend_choice::automatic);
+  EXPECT_EQ(c.limit, 0u);
+}
+
+TEST(Config, ParsesEveryKey) {
+  config c;
+  ASSERT_EQ(parse_config(" backend:host , limit:1.5GiB,validate:off,host_devices:3,host_capacity:8GB,"
+                         "fail_alloc:4,fail_above:20MiB",
+                         &c),
+            status::ok)
+      << last_error();
+  EXPECT_EQ(c.backend, backend_choice::host);
+  EXPECT_EQ(c.limit, size_t{3} << 29);
+  EXPECT_FALSE(c.validate);
+  EXPECT_EQ(c.host.devices, 3);
+  EXPECT_EQ(c.host.capacity, size_t{8000000000});
+  EXPECT_EQ(c.host.fail_call, 4u);
+  EXPECT_EQ(c.host.fail_above, size_t{20} << 20);
+}
+
+TEST(Config, UnknownKeyIsAnErrorThatNamesIt) {
+  config c;
+  c.limit = 7;
+  EXPECT_EQ(parse_config("backend:host,lmit:1GiB", &c), status::bad_config);
+  EXPECT_NE(std::string(last_error()).find("unknown key 'lmit'"), std::string::npos) << last_error();
+  EXPECT_EQ(c.limit, 7u) << "a failed parse must leave the config unchanged";
+}
+
+TEST(Config, BadValuesSayWhatWasExpected) {
+  const char* bad[] = {"backend:gpu", "limit:lots", "limit:-1", "limit:1.5", "validate:maybe",
+                       "host_devices:0", "host_devices:99", "host_capacity:0", "backend", "fail_alloc:x"};
+  for (const char* text : bad) {
+    config c;
+    EXPECT_EQ(parse_config(text, &c), status::bad_config) << text;
+    EXPECT_NE(std::string(last_error()).find("TRACEPOOL_CONF"), std::string::npos) << last_error();
+  }
+}
+
+TEST(Config, FaultInjectionNeedsTheHostBackend) {
+  config c;
+  EXPECT_EQ(parse_config("fail_alloc:1", &c), status::bad_config);
+  EXPECT_EQ(parse_config("backend:cuda,fail_above:1MiB", &c), status::bad_config);
+  EXPECT_EQ(parse_config("backend:host,fail_alloc:1", &c), status::ok);
+}
+
+TEST(Config, ByteSizes) {
+  size_t n = 0;
+  EXPECT_TRUE(parse_bytes("4096", &n));
+  EXPECT_EQ(n, 4096u);
+  EXPECT_TRUE(parse_bytes("2K", &n));
+  EXPECT_EQ(n, 2048u);
+  EXPECT_TRUE(parse_bytes("3MB", &n));
+  EXPECT_EQ(n, 3000000u);
+  EXPECT_TRUE(parse_bytes("1TiB", &n));
+  EXPECT_EQ(n, size_t{1} << 40);
+  EXPECT_FALSE(parse_bytes("12 parsecs", &n));
+  EXPECT_FALSE(parse_bytes("", &n));
+  EXPECT_FALSE(parse_bytes("1e30", &n));
+}
+
+}  // namespace tracepool::core
