@@ -60,20 +60,20 @@ block* pointer_map::shard::erase(void* key) {
 
 void pointer_map::insert(void* ptr, block* b) {
   shard& s = shard_of(ptr);
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<spin_lock> lock(s.guard);
   s.insert(ptr, b);
 }
 
 block* pointer_map::take(void* ptr) {
   shard& s = shard_of(ptr);
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<spin_lock> lock(s.guard);
   return s.erase(ptr);
 }
 
 size_t pointer_map::size() {
   size_t n = 0;
   for (shard& s : shards_) {
-    std::lock_guard<std::mutex> lock(s.mutex);
+    std::lock_guard<spin_lock> lock(s.guard);
     n += s.used;
   }
   return n;

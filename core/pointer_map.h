@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "block.h"
+#include "spin_lock.h"
 
 namespace tracepool::core {
 
@@ -25,7 +26,7 @@ class pointer_map {
   template <typename Fn>
   bool with_block(void* ptr, Fn&& fn) {
     shard& s = shard_of(ptr);
-    std::lock_guard<std::mutex> lock(s.mutex);
+    std::lock_guard<spin_lock> lock(s.guard);
     block* b = s.find(ptr);
     if (b == nullptr) return false;
     fn(b);
@@ -39,7 +40,7 @@ class pointer_map {
     block* value = nullptr;
   };
   struct alignas(64) shard {
-    std::mutex mutex;
+    spin_lock guard;
     std::vector<slot> slots;  // size is a power of two, or 0
     size_t used = 0;
 
