@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh OUTDIR: the whole GPU-machine check of tracepool, run from the repository root.
+#
+# Builds from source, runs the CUDA conformance tests, the host unit tests, the C++ benchmark and the
+# PyTorch checks (tests/gpu/torch_check.py, one process per check and allocator), and prints a summary
+# table last (also OUTDIR/summary.md). Every step is bounded by `timeout` and by an overall budget
+# (TRACEPOOL_GPU_BUDGET_S, default 480 s) so the run ends well inside 9 minutes; a step that cannot
+# run becomes a FAIL or SKIP row, never a silent stop. Exit status 1 if any row is FAIL; rows marked
+# meets/misses are performance targets and inform only.
+#
+# OUTDIR holds at most 7 files: build.log unit.log conformance.log bench.log bench.json torch.log
+# summary.md. The build tree is outside OUTDIR: $TRACEPOOL_GPU_BUILD, default /tmp/tracepool-gpu-build.
+set -u
+OUT=${1:?usage: tests/gpu/run.sh OUTDIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd) && cd "$ROOT" || exit 2
+BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
+LIB=$BUILD/capi/libtracepool.so
+DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-480}))
+WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
+rm -f "$OUT"/{build,unit,conformance,bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md
+export PYTHONUNBUFFERED=1
+
+ROWS=()
+row() { ROWS+=("$1|$2|$3"); }  # row STATUS STEP DETAIL
+
+# budget CAP: seconds the next step may take (at most CAP), or 0 once the overall budget is spent.
+budget() { local left=$((DEADLINE - SECONDS - 10)); ((left > $1)) && left=$1; ((left < 15)) && left=0; echo "$left"; }
+
+# gtest_counts LOG: "ran passed failed skipped" from a GoogleTest console log.
+gtest_counts() {
+  local ran pass fail skip
+  ran=$(sed -nE 's/^\[==========\] ([0-9]+) tests? from .* ran\..*/\1/p' "$1" | tail -1)
+  pass=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$1" | tail -1)
+  fail=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below.*/\1/p' "$1" | tail -1)
+  skip=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?, listed below.*/\1/p' "$1" | tail -1)
+  echo "${ran:-0} ${pass:-0} ${fail:-0} ${skip:-0}"
+}
+
+# gtest_step NAME BINARY LOG NEED_RUN [ARGS...]: runs a GoogleTest binary and adds its row; with
+# NEED_RUN=1 the row fails when every selected test skipped (the CUDA suite without a GPU).
+gtest_step() {
+  local name=$1 bin=$2 log=$3 need_run=$4 t rc ran pass fail skip
+  shift 4
+  t=$(budget 150)
+  if [[ ! -x $bin ]]; then row FAIL "$name" "missing: $bin"; return; fi
+  if ((t == 0)); then row SKIP "$name" "time budget spent"; return; fi
+  timeout -k 5 "$t" "$bin" "$@" >"$log" 2>&1
+  rc=$?
+  read -r ran pass fail skip < <(gtest_counts "$log")
+  local counts="$pass passed, $fail failed, $skip skipped of $ran"
+  if ((rc == 124)); then row FAIL "$name" "timed out after ${t}s; $counts"
+  elif ((rc != 0)); then row FAIL "$name" "exit $rc; $counts"
+  elif ((ran == 0)); then row FAIL "$name" "no tests selected"
+  elif ((need_run && pass == 0)); then row FAIL "$name" "$counts: all skipped, was a GPU seen?"
+  else row PASS "$name" "$counts"; fi
+}
+
+# ---- 1. GPU ---------------------------------------------------------------------------------------
+if command -v nvidia-smi >/dev/null; then
+  smi=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,utilization.gpu \
+    --format=csv,noheader 2>&1 | head -1)
+  if [[ $smi == *MiB* ]]; then row PASS "nvidia-smi" "$smi"; else row FAIL "nvidia-smi" "${smi:-no output}"; fi
+else
+  row FAIL "nvidia-smi" "not found: no NVIDIA driver on this machine"
+fi
+
+# ---- 2. Build -------------------------------------------------------------------------------------
+{ cmake --version | head -1; nvcc --version 2>&1 | tail -2; g++ --version | head -1; } >"$OUT/build.log" 2>&1
+t0=$SECONDS
+if [[ ! -f CMakeLists.txt ]]; then
+  row FAIL "build" "no CMakeLists.txt in $ROOT"
+elif ! command -v cmake >/dev/null; then
+  row FAIL "build" "cmake not found"
+else
+  timeout -k 5 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DTRACEPOOL_BUILD_TESTS=ON -DTRACEPOOL_BUILD_BENCHMARKS=ON >>"$OUT/build.log" 2>&1
+  rc=$?
+  if ((rc != 0)); then
+    row FAIL "build" "configure failed (exit $rc), see build.log"
+  else
+    # -k 0: build every target that can be built, so one broken target leaves the rest testable.
+    timeout -k 5 $((300 - SECONDS + t0)) cmake --build "$BUILD" -j"$(nproc)" -- -k 0 >>"$OUT/build.log" 2>&1
+    rc=$?
+    errs=$(grep -c -E 'error:|FAILED:' "$OUT/build.log")
+    if ((rc == 0)); then row PASS "build" "Release, $((SECONDS - t0)) s"
+    elif ((rc == 124)); then row FAIL "build" "timed out after $((SECONDS - t0)) s"
+    else row FAIL "build" "exit $rc, $errs error lines, see build.log"; fi
+  fi
+fi
+
+# ---- 3. C++ tests ---------------------------------------------------------------------------------
+gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_tests" "$OUT/conformance.log" 1 \
+  --gtest_filter='*cuda*'
+TRACEPOOL_CONF=backend:host gtest_step "unit tests (host backend)" "$BUILD/tests/tracepool_unit_tests" \
+  "$OUT/unit.log" 0
+
+# ---- 4. C++ benchmark -----------------------------------------------------------------------------
+BENCH=$BUILD/tests/tracepool_bench
+t=$(budget 120)
+if [[ ! -x $BENCH ]]; then
+  row FAIL "benchmark" "missing: $BENCH"
+elif ((t == 0)); then
+  row SKIP "benchmark" "time budget spent"
+else
+  timeout -k 5 "$t" "$BENCH" --benchmark_filter='^BM_CachedPair' --benchmark_min_time=0.2s \
+    --benchmark_repetitions=3 --benchmark_out="$OUT/bench.json" --benchmark_out_format=json >"$OUT/bench.log" 2>&1
+  rc=$?
+  if ((rc == 124)); then row FAIL "benchmark" "timed out after $t s, see bench.log"
+  elif ((rc != 0)); then row FAIL "benchmark" "exit $rc, see bench.log"; fi
+  # One row per figure: STATUS|step|detail, from the median of the repetitions.
+  while IFS= read -r line; do ROWS+=("$line"); done < <(python3 - "$OUT/bench.json" <<'PY'
+import json, re, statistics, sys
+unit = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
+runs = {}
+try:
+    for b in json.load(open(sys.argv[1]))["benchmarks"]:
+        if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred"):
+            runs.setdefault(b.get("run_name", b["name"]), []).append(b["real_time"] * unit[b.get("time_unit", "ns")])
+except (OSError, ValueError, KeyError) as e:
+    print("FAIL|benchmark|no usable bench.json: %s" % e); sys.exit()
+ns = {k: statistics.median(v) for k, v in runs.items()}
+def find(prefix, threads):  # real_time of a multi-threaded run is wall time / all threads' iterations
+    for k, v in sorted(ns.items()):
+        m = re.search(r"/threads:(\d+)", k)
+        if k.startswith(prefix) and (int(m.group(1)) if m else 1) == threads: return v
+for be in ("cuda", "host"):
+    v = find("BM_CachedPair/" + be, 1)
+    print("FAIL|bench cached pair, %s|missing or errored, see bench.log" % be if v is None else
+          "%s|bench cached pair, %s|%.1f ns per alloc+free (target < 100 ns)" % ("meets" if v < 100 else "misses", be, v))
+one, eight = find("BM_CachedPairThreads/cuda", 1) or find("BM_CachedPair/cuda", 1), find("BM_CachedPairThreads/cuda", 8)
+if one is None or eight is None:
+    print("FAIL|bench 8-thread scaling, cuda|BM_CachedPairThreads/cuda threads:8 missing, see bench.log")
+else:
+    r = one / eight
+    print("%s|bench 8-thread scaling, cuda|%.2fx throughput of 1 thread (target >= 4x)" % ("meets" if r >= 4 else "misses", r))
+PY
+)
+fi
+
+# ---- 5. PyTorch checks ----------------------------------------------------------------------------
+# torch_step CHECK ALLOCATOR [ARGS]: one process; its output goes to WORK/CHECK.ALLOCATOR.{out,rc} and torch.log.
+torch_step() {
+  local base=$WORK/$1.$2 t rc
+  t=$(budget 120)
+  printf '\n==== %s --allocator %s (limit %s s, %s) ====\n' "$1" "$2" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then
+    printf '{"check": "%s", "allocator": "%s", "status": "skip", "reason": "time budget spent"}\n' "$1" "$2" \
+      | tee -a "$OUT/torch.log" >"$base.out"
+    echo 0 >"$base.rc"
+    return
+  fi
+  timeout -k 5 "$t" python3 tests/gpu/torch_check.py "$1" --allocator "$2" --lib "$LIB" "${@:3}" >"$base.out" 2>&1
+  rc=$?
+  echo "$rc" >"$base.rc"
+  cat "$base.out" >>"$OUT/torch.log"
+  echo "==== exit status $rc" >>"$OUT/torch.log"
+}
+for check in train empty_loop gpt2_step resnet_step; do
+  for alloc in native tracepool; do torch_step "$check" "$alloc"; done
+done
+while IFS= read -r line; do ROWS+=("$line"); done < <(python3 tests/gpu/torch_check.py report "$WORK" 2>&1 \
+  | grep -E '^[A-Za-z]+\|' || echo "FAIL|torch report|torch_check.py report printed nothing")
+
+# ---- Summary --------------------------------------------------------------------------------------
+nfail=0
+{
+  echo "## tracepool GPU check: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date '+%F %T'), $SECONDS s"
+  echo
+  printf '| %-38s | %-6s | %s\n' step result "detail |"
+  printf '|%s|%s|---|\n' "----------------------------------------" "--------"
+  for r in "${ROWS[@]}"; do
+    IFS='|' read -r status step detail <<<"$r"
+    [[ $status == FAIL ]] && nfail=$((nfail + 1))
+    printf '| %-38s | %-6s | %s |\n' "$step" "$status" "${detail//|//}"
+  done
+  echo
+  if ((nfail)); then echo "**FAIL**: $nfail row(s) failed; logs in $OUT"; else echo "**PASS**; logs in $OUT"; fi
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
+((nfail == 0))

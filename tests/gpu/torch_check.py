@@ -1,0 +1,301 @@
+"""PyTorch checks of tracepool on the GPU machine; tests/gpu/run.sh runs each one as its own process.
+
+    torch_check.py CHECK --allocator native|tracepool [--lib build/capi/libtracepool.so]
+    torch_check.py report DIR      (no torch: turns DIR/<check>.<allocator>.out files into summary rows)
+
+CHECK is train, empty_loop, gpt2_step or resnet_step. Each prints one JSON line
+{"check": ..., "allocator": ..., "status": "ok" | "skip" | "error", ...} last. The allocator is
+swapped before anything initialises CUDA, which is why native and tracepool runs are separate
+processes. `report` prints "STATUS|step|detail" lines; run.sh turns them into summary rows.
+"""
+import argparse
+import ctypes
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before torch loads cuBLAS
+GiB = float(1 << 30)
+
+STAT_NAMES = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+              "active_bytes", "inactive_split_bytes", "requested_bytes")
+COUNTERS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free", "num_invalid_frees",
+            "limit_bytes")
+
+
+# Mirrors tracepool_stat_t / tracepool_stat_set_t / tracepool_stats_t in capi/include/tracepool/tracepool.h.
+class Stat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("current", "peak", "allocated", "freed")]
+
+
+class StatSet(ctypes.Structure):
+    _fields_ = [(n, Stat) for n in STAT_NAMES]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = ([("size", ctypes.c_size_t)] + [(n, Stat) for n in STAT_NAMES]
+                + [(n, ctypes.c_uint64) for n in COUNTERS] + [("small_pool", StatSet), ("large_pool", StatSet)])
+
+
+assert ctypes.sizeof(Stats) == 8 + 9 * 32 + 6 * 8 + 2 * 9 * 32
+
+
+def tracepool_stats(lib_path):
+    """tracepool's own view of device 0, from tracepool_default(), plus a validate() pass."""
+    lib = ctypes.CDLL(lib_path)  # the handle PyTorch opened: same library, same default instance
+    lib.tracepool_default.restype = ctypes.c_void_p
+    lib.tracepool_last_error.restype = ctypes.c_char_p
+    lib.tracepool_backend_name.restype = ctypes.c_char_p
+    lib.tracepool_backend_name.argtypes = [ctypes.c_void_p]
+    lib.tracepool_get_stats.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(Stats)]
+    lib.tracepool_validate.argtypes = [ctypes.c_void_p]
+    tp = lib.tracepool_default()
+    if not tp:
+        return {"error": "tracepool_default() is NULL: " + lib.tracepool_last_error().decode()}
+    s = Stats(size=ctypes.sizeof(Stats))
+    rc = lib.tracepool_get_stats(tp, 0, ctypes.byref(s))
+    if rc != 0:
+        return {"error": "tracepool_get_stats: %d %s" % (rc, lib.tracepool_last_error().decode())}
+    return {"backend": lib.tracepool_backend_name(tp).decode(), "validate": lib.tracepool_validate(tp),
+            "allocated_gib": s.allocated_bytes.current / GiB, "allocated_peak_gib": s.allocated_bytes.peak / GiB,
+            "reserved_gib": s.reserved_bytes.current / GiB, "reserved_peak_gib": s.reserved_bytes.peak / GiB,
+            "num_ooms": s.num_ooms, "num_invalid_frees": s.num_invalid_frees,
+            "num_device_alloc": s.num_device_alloc, "num_device_free": s.num_device_free}
+
+
+def use_allocator(args):
+    """Imports torch and, for tracepool, swaps the allocator; nothing here may initialise CUDA."""
+    if args.allocator == "tracepool" and not os.path.exists(args.lib):
+        raise RuntimeError("library not found: %s (did the build fail?)" % args.lib)
+    import torch
+    if args.allocator == "tracepool":
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(args.lib, "tracepool_torch_alloc", "tracepool_torch_free")
+        torch.cuda.memory.change_current_allocator(alloc)
+    return torch
+
+
+def memory_in_use_gib(torch):
+    gc.collect()
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()  # no empty_cache: what a cache keeps is the point
+    return (total - free) / GiB
+
+
+def check_train(torch, args):
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False  # benchmark mode asks the allocator for cacheInfo, which a plugin lacks
+    dev = torch.device("cuda")
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2), torch.nn.ReLU(),
+        torch.nn.Flatten(2), torch.nn.LayerNorm(15 * 15), torch.nn.Flatten(1), torch.nn.Linear(32 * 225, 256),
+        torch.nn.GELU(), torch.nn.Linear(256, 10)).to(dev)
+    # Random labels and a small learning rate: the loss falls slowly, so every step's value means something.
+    x = torch.randn(256, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dev)
+    y = torch.randint(0, 10, (256,), generator=torch.Generator().manual_seed(2)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    losses = []
+    for _ in range(args.steps):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return {"losses": losses, "losses_hex": [float.hex(v) for v in losses], "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0)}
+
+
+def check_empty_loop(torch, args):
+    n = 1 << 20
+    t0 = time.perf_counter_ns()
+    for _ in range(args.warmup):
+        x = torch.empty(n, device="cuda")
+        del x
+    # A slow allocator (one that calls cudaMalloc: ~75 us a pair) gets fewer pairs, ~3 s a repetition.
+    pairs = max(1000, min(args.pairs, int(3e9 * args.warmup / (time.perf_counter_ns() - t0))))
+    reps = []
+    for _ in range(args.reps):
+        t0 = time.perf_counter_ns()
+        for _ in range(pairs):
+            x = torch.empty(n, device="cuda")
+            del x
+        reps.append((time.perf_counter_ns() - t0) / pairs)
+    return {"ns_per_pair": statistics.median(reps), "pairs": pairs, "reps_ns": [round(r, 1) for r in reps]}
+
+
+def timed_steps(torch, step, warmup, steps):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"ms_per_step": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
+            "mem_in_use_gib": memory_in_use_gib(torch)}
+
+
+def check_gpt2_step(torch, args):
+    from transformers import GPT2Config, GPT2LMHeadModel  # ImportError becomes a skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config()).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, model.config.vocab_size, (8, 1024), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return timed_steps(torch, step, 3, args.steps or 15)
+
+
+def check_resnet_step(torch, args):
+    import torchvision  # ImportError becomes a skip
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return timed_steps(torch, step, 5, args.steps or 20)
+
+
+CHECKS = {"train": check_train, "empty_loop": check_empty_loop, "gpt2_step": check_gpt2_step,
+          "resnet_step": check_resnet_step}
+
+
+def run_check(args):
+    out = {"check": args.check, "allocator": args.allocator}
+    try:
+        torch = use_allocator(args)
+    except ImportError as e:
+        torch = None
+        out.update(status="skip", reason="torch not importable: %s" % e)
+    except Exception as e:  # noqa: BLE001 (every failure must become a JSON line)
+        torch = None
+        out.update(status="error", error="%s: %s" % (type(e).__name__, e))
+    if torch is not None:
+        try:
+            out.update(CHECKS[args.check](torch, args), status="ok")
+        except ImportError as e:
+            out.update(status="skip", reason="import failed: %s" % e)
+        except Exception as e:  # noqa: BLE001
+            out.update(status="error", error="%s: %s" % (type(e).__name__, (str(e) or "-").splitlines()[0][:300]))
+        backend = getattr(torch.cuda.memory, "get_allocator_backend", None)
+        out["torch_allocator"] = backend() if backend else "?"  # "pluggable" once swapped
+        if args.allocator == "tracepool":
+            try:
+                out["tp"] = tracepool_stats(args.lib)
+            except Exception as e:  # noqa: BLE001
+                out["tp"] = {"error": "%s: %s" % (type(e).__name__, e)}
+    print(json.dumps(out), flush=True)
+    return 0 if out["status"] != "error" else 1
+
+
+# ---- report: no torch from here on ---------------------------------------------------------------
+def load(d, check, allocator):
+    """Last JSON line of DIR/<check>.<allocator>.out; an exit status != 0 (DIR/....rc) makes it an error."""
+    base = os.path.join(d, "%s.%s" % (check, allocator))
+    rec = {"status": "error", "error": "no result line (see torch.log)"}
+    try:
+        for line in open(base + ".out", errors="replace"):
+            if line.startswith('{"check"'):
+                rec = json.loads(line)
+        rc = int(open(base + ".rc").read().strip() or 0)
+    except (OSError, ValueError) as e:
+        return {"status": "error", "error": str(e)}
+    if rc == 124:
+        rec = {"status": "error", "error": "timed out (see torch.log)"}
+    elif rc != 0 and "check" not in rec:
+        rec["error"] = "exit status %d, no result line (see torch.log)" % rc
+    elif rc != 0 and rec.get("status") == "ok":
+        rec = dict(rec, status="error", error="exit status %d after the check finished" % rc)
+    return rec
+
+
+def why(rec):
+    return rec.get("reason") or rec.get("error") or "?"
+
+
+def pair_row(name, nat, tp, key, fmt, target_ratio=None):
+    """Compares one number native vs tracepool: meets/misses a target, FAIL if a run broke, SKIP if skipped."""
+    for who, r in (("native", nat), ("tracepool", tp)):
+        if r["status"] == "error":
+            return "FAIL|%s|%s: %s" % (name, who, why(r))
+    for who, r in (("native", nat), ("tracepool", tp)):
+        if r["status"] != "ok":
+            return "SKIP|%s|%s" % (name, why(r))
+    a, b = nat[key], tp[key]
+    if target_ratio is None:
+        return "%s|%s|native %s, tracepool %s (target <= native)" % (
+            "meets" if b <= a else "misses", name, fmt % a, fmt % b)
+    ratio = b / a if a else float("inf")
+    return "%s|%s|native %s, tracepool %s: %.3fx (target <= %sx)" % (
+        "meets" if ratio <= target_ratio else "misses", name, fmt % a, fmt % b, ratio, target_ratio)
+
+
+def report(d):
+    r = {(c, a): load(d, c, a) for c in CHECKS for a in ("native", "tracepool")}
+    nat, tp = r["train", "native"], r["train", "tracepool"]
+    bad = [(w, x) for w, x in (("native", nat), ("tracepool", tp)) if x["status"] != "ok"]
+    if bad:
+        print("FAIL|torch train: losses equal native|%s: %s" % (bad[0][0], why(bad[0][1])))
+    elif nat["losses_hex"] == tp["losses_hex"]:
+        print("PASS|torch train: losses equal native|%d losses bitwise equal, %.4f to %.4f"
+              % (len(nat["losses"]), nat["losses"][0], nat["losses"][-1]))
+    else:
+        diff = max((abs(a - b) for a, b in zip(nat["losses"], tp["losses"])), default=float("nan"))
+        print("FAIL|torch train: losses equal native|max abs diff %.3g over %d/%d steps"
+              % (diff, len(nat["losses"]), len(tp["losses"])))
+    # Integrity of tracepool after every run that got far enough to ask it.
+    tps = [(c, x["tp"]) for (c, a), x in r.items() if a == "tracepool" and "tp" in x]
+    if not tps:
+        print("SKIP|tracepool stats after torch runs|no tracepool run reached the stats call")
+    else:
+        broken = ["%s: %s" % (c, s["error"]) for c, s in tps if "error" in s]
+        broken += ["%s: %s=%s" % (c, k, s[k]) for c, s in tps if "error" not in s
+                   for k, ok in (("validate", 0), ("num_invalid_frees", 0), ("num_ooms", 0), ("backend", "cuda"))
+                   if s.get(k) != ok]
+        peak = max((s.get("reserved_peak_gib", 0) for _, s in tps), default=0)
+        print("%s|tracepool stats after torch runs|%s" % ("FAIL" if broken else "PASS", "; ".join(broken)[:200] if
+              broken else "%d runs: validate ok, 0 invalid frees, 0 OOMs, peak reserved %.2f GiB" % (len(tps), peak)))
+    print(pair_row("torch.empty loop ns/pair", r["empty_loop", "native"], r["empty_loop", "tracepool"],
+                   "ns_per_pair", "%.0f", 1.0))
+    for c, label in (("gpt2_step", "GPT-2"), ("resnet_step", "ResNet-50")):
+        print(pair_row(label + " step ms", r[c, "native"], r[c, "tracepool"], "ms_per_step", "%.1f", 1.02))
+        print(pair_row(label + " memory in use GiB", r[c, "native"], r[c, "tracepool"], "mem_in_use_gib", "%.2f"))
+    return 0
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "report":
+        return report(sys.argv[2])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("check", choices=sorted(CHECKS))
+    p.add_argument("--allocator", choices=("native", "tracepool"), required=True)
+    p.add_argument("--lib", default="build/capi/libtracepool.so")
+    p.add_argument("--steps", type=int, default=0, help="training steps (train: 20; timed steps otherwise)")
+    p.add_argument("--pairs", type=int, default=200_000, help="empty_loop: alloc+free pairs per repetition")
+    p.add_argument("--reps", type=int, default=5, help="empty_loop: repetitions (median reported)")
+    p.add_argument("--warmup", type=int, default=20_000, help="empty_loop: warm-up pairs")
+    args = p.parse_args()
+    if args.check == "train" and not args.steps:
+        args.steps = 20
+    return run_check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
