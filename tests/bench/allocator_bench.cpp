@@ -19,25 +19,35 @@ namespace tracepool::core {
 namespace {
 
 // One allocator per backend for the whole run, shared by the benchmark threads. nullptr where the
-// backend cannot run here (the benchmark then reports an error and is skipped).
-allocator* shared_allocator(const std::string& backend_name) {
+// backend cannot run here, with the reason in *why (kept here: last_error() is per thread).
+allocator* shared_allocator(const std::string& backend_name, std::string* why) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<allocator>> made;
+  static std::map<std::string, std::pair<std::unique_ptr<allocator>, std::string>> made;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = made.find(backend_name);
-  if (it != made.end()) return it->second.get();
-  config cfg;
-  const std::string text = "backend:" + backend_name + ",validate:off";
-  std::unique_ptr<allocator> a;
-  if (parse_config(text.c_str(), &cfg) != status::ok || allocator::create(cfg, &a) != status::ok) a.reset();
-  return (made[backend_name] = std::move(a)).get();
+  if (it == made.end()) {
+    config cfg;
+    const std::string text = "backend:" + backend_name + ",validate:off";
+    std::unique_ptr<allocator> a;
+    if (parse_config(text.c_str(), &cfg) != status::ok || allocator::create(cfg, &a) != status::ok) a.reset();
+    it = made.emplace(backend_name, std::make_pair(std::move(a), std::string(last_error()))).first;
+  }
+  *why = "backend unavailable: " + it->second.second;
+  return it->second.first.get();
 }
+
+// Google Benchmark 1.7 says error_occurred, 1.8 says skipped.
+template <typename Run>
+auto run_failed(const Run& r, int) -> decltype(r.error_occurred, bool()) { return r.error_occurred; }
+template <typename Run>
+auto run_failed(const Run& r, long) -> decltype(r.skipped, bool()) { return static_cast<bool>(r.skipped); }
 
 constexpr size_t pair_size = 64 << 10;  // a typical small activation; the small pool's fast path
 
 void cached_pair(benchmark::State& state, const std::string& backend_name) {
-  allocator* a = shared_allocator(backend_name);
-  if (a == nullptr) return state.SkipWithError(("backend unavailable: " + std::string(last_error())).c_str());
+  std::string why;
+  allocator* a = shared_allocator(backend_name, &why);
+  if (a == nullptr) return state.SkipWithError(why.c_str());
   backend::stream_handle stream = nullptr;
   if (a->device_backend().create_stream(0, &stream) != status::ok) return state.SkipWithError(last_error());
   void* warm = nullptr;  // keeps the stream's segment alive between pairs, as a busy program would
@@ -55,8 +65,9 @@ void cached_pair(benchmark::State& state, const std::string& backend_name) {
 
 // The baseline: what every pair costs without a cache (cuMemAlloc + cuMemFree, or mmap + munmap).
 void device_pair(benchmark::State& state, const std::string& backend_name) {
-  allocator* a = shared_allocator(backend_name);
-  if (a == nullptr) return state.SkipWithError(("backend unavailable: " + std::string(last_error())).c_str());
+  std::string why;
+  allocator* a = shared_allocator(backend_name, &why);
+  if (a == nullptr) return state.SkipWithError(why.c_str());
   for (auto _ : state) {
     void* p = nullptr;
     a->device_backend().allocate(0, 2 << 20, &p);
@@ -83,7 +94,7 @@ class ratio_reporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
-      if (!r.error_occurred && r.run_type == Run::RT_Iteration) {
+      if (!run_failed(r, 0) && r.run_type == Run::RT_Iteration) {
         ns_per_item[r.benchmark_name()] = r.GetAdjustedRealTime();
         auto it = r.counters.find("items_per_second");
         if (it != r.counters.end()) items_per_second[r.benchmark_name()] = it->second;

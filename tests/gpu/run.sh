@@ -89,6 +89,13 @@ else
   fi
 fi
 
+# Baseline plugins for the PyTorch checks (minimal exact-size cache; tracepool timed from outside).
+REF=$BUILD/reference_plugins.so
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
+  -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 \
+  || echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
+
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
 gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_tests" "$OUT/conformance.log" 1 \
   --gtest_filter='*cuda*'
@@ -112,10 +119,12 @@ else
   while IFS= read -r line; do ROWS+=("$line"); done < <(python3 - "$OUT/bench.json" <<'PY'
 import json, re, statistics, sys
 unit = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
-runs = {}
+runs, errors = {}, {}
 try:
     for b in json.load(open(sys.argv[1]))["benchmarks"]:
-        if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred"):
+        if b.get("error_occurred"):
+            errors.setdefault(b["name"].split("/threads:")[0].replace("/real_time", ""), b.get("error_message", "")[:90].strip())
+        elif b.get("run_type", "iteration") == "iteration":
             runs.setdefault(b.get("run_name", b["name"]), []).append(b["real_time"] * unit[b.get("time_unit", "ns")])
 except (OSError, ValueError, KeyError) as e:
     print("FAIL|benchmark|no usable bench.json: %s" % e); sys.exit()
@@ -124,13 +133,15 @@ def find(prefix, threads):  # real_time of a multi-threaded run is wall time / a
     for k, v in sorted(ns.items()):
         m = re.search(r"/threads:(\d+)", k)
         if k.startswith(prefix) and (int(m.group(1)) if m else 1) == threads: return v
+def why(name):
+    return "errored: " + errors[name] if name in errors else name + " missing, see bench.log"
 for be in ("cuda", "host"):
     v = find("BM_CachedPair/" + be, 1)
-    print("FAIL|bench cached pair, %s|missing or errored, see bench.log" % be if v is None else
+    print("FAIL|bench cached pair, %s|%s" % (be, why("BM_CachedPair/" + be)) if v is None else
           "%s|bench cached pair, %s|%.1f ns per alloc+free (target < 100 ns)" % ("meets" if v < 100 else "misses", be, v))
 one, eight = find("BM_CachedPairThreads/cuda", 1) or find("BM_CachedPair/cuda", 1), find("BM_CachedPairThreads/cuda", 8)
 if one is None or eight is None:
-    print("FAIL|bench 8-thread scaling, cuda|BM_CachedPairThreads/cuda threads:8 missing, see bench.log")
+    print("FAIL|bench 8-thread scaling, cuda|%s" % why("BM_CachedPairThreads/cuda"))
 else:
     r = one / eight
     print("%s|bench 8-thread scaling, cuda|%.2fx throughput of 1 thread (target >= 4x)" % ("meets" if r >= 4 else "misses", r))
@@ -150,14 +161,18 @@ torch_step() {
     echo 0 >"$base.rc"
     return
   fi
-  timeout -k 5 "$t" python3 tests/gpu/torch_check.py "$1" --allocator "$2" --lib "$LIB" "${@:3}" >"$base.out" 2>&1
+  timeout -k 5 "$t" python3 tests/gpu/torch_check.py "$1" --allocator "$2" --lib "$LIB" --ref-lib "$REF" "${@:3}" >"$base.out" 2>&1
   rc=$?
   echo "$rc" >"$base.rc"
   cat "$base.out" >>"$OUT/torch.log"
   echo "==== exit status $rc" >>"$OUT/torch.log"
 }
-for check in train empty_loop gpt2_step resnet_step; do
+for check in train empty_loop; do
   for alloc in native tracepool; do torch_step "$check" "$alloc"; done
+done
+# Training steps also run the references: the minimal plugin, and tracepool with its own time measured.
+for check in gpt2_step resnet_step; do
+  for alloc in native tracepool minimal timed; do torch_step "$check" "$alloc"; done
 done
 while IFS= read -r line; do ROWS+=("$line"); done < <(python3 tests/gpu/torch_check.py report "$WORK" 2>&1 \
   | grep -E '^[A-Za-z]+\|' || echo "FAIL|torch report|torch_check.py report printed nothing")

@@ -66,15 +66,34 @@ def tracepool_stats(lib_path):
             "num_device_alloc": s.num_device_alloc, "num_device_free": s.num_device_free}
 
 
+# allocator -> (library argument, alloc symbol, free symbol). minimal and timed come from
+# reference_plugins.cpp (--ref-lib): a baseline plugin, and tracepool with its time measured.
+PLUGINS = {"tracepool": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
+           "minimal": ("ref_lib", "minimal_alloc", "minimal_free"),
+           "timed": ("ref_lib", "timed_alloc", "timed_free")}
+
+
 def use_allocator(args):
-    """Imports torch and, for tracepool, swaps the allocator; nothing here may initialise CUDA."""
-    if args.allocator == "tracepool" and not os.path.exists(args.lib):
-        raise RuntimeError("library not found: %s (did the build fail?)" % args.lib)
+    """Imports torch and, for a plugin, swaps the allocator; nothing here may initialise CUDA."""
+    plugin = PLUGINS.get(args.allocator)
+    if plugin and not os.path.exists(getattr(args, plugin[0])):
+        raise RuntimeError("library not found: %s (did the build fail?)" % getattr(args, plugin[0]))
+    if args.allocator == "timed":
+        ctypes.CDLL(args.lib, mode=ctypes.RTLD_GLOBAL)  # the shim's tracepool_* come from the same library
     import torch
-    if args.allocator == "tracepool":
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(args.lib, "tracepool_torch_alloc", "tracepool_torch_free")
+    if plugin:
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(getattr(args, plugin[0]), plugin[1], plugin[2])
         torch.cuda.memory.change_current_allocator(alloc)
     return torch
+
+
+def device_allocs(torch, args):
+    """Device allocations so far (cudaMalloc / cuMemAlloc calls made by the allocator), or None."""
+    if args.allocator == "native":
+        return torch.cuda.memory_stats().get("num_device_alloc")
+    if args.allocator in ("tracepool", "timed"):
+        return tracepool_stats(args.lib).get("num_device_alloc")
+    return None
 
 
 def memory_in_use_gib(torch):
@@ -126,9 +145,14 @@ def check_empty_loop(torch, args):
     return {"ns_per_pair": statistics.median(reps), "pairs": pairs, "reps_ns": [round(r, 1) for r in reps]}
 
 
-def timed_steps(torch, step, warmup, steps):
+def timed_steps(torch, args, step, warmup, steps):
     for _ in range(warmup):
         step()
+    allocs_before = device_allocs(torch, args)
+    shim = ctypes.CDLL(args.ref_lib) if args.allocator == "timed" else None
+    if shim:
+        shim.timed_ns.restype = shim.timed_calls.restype = ctypes.c_uint64
+        ns0, calls0 = shim.timed_ns(), shim.timed_calls()
     times = []
     for _ in range(steps):
         torch.cuda.synchronize()
@@ -136,8 +160,14 @@ def timed_steps(torch, step, warmup, steps):
         step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
-    return {"ms_per_step": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-            "mem_in_use_gib": memory_in_use_gib(torch)}
+    out = {"ms_per_step": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
+           "steps_ms": [round(t, 2) for t in times], "mem_in_use_gib": memory_in_use_gib(torch)}
+    if allocs_before is not None:
+        out["device_allocs_in_timed_steps"] = device_allocs(torch, args) - allocs_before
+    if shim:
+        out["calls_per_step"] = (shim.timed_calls() - calls0) / steps
+        out["ms_in_allocator_per_step"] = (shim.timed_ns() - ns0) / steps / 1e6
+    return out
 
 
 def check_gpt2_step(torch, args):
@@ -153,7 +183,7 @@ def check_gpt2_step(torch, args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return timed_steps(torch, step, 3, args.steps or 15)
+    return timed_steps(torch, args, step, 3, args.steps or 15)
 
 
 def check_resnet_step(torch, args):
@@ -170,7 +200,7 @@ def check_resnet_step(torch, args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return timed_steps(torch, step, 5, args.steps or 20)
+    return timed_steps(torch, args, step, 5, args.steps or 20)
 
 
 CHECKS = {"train": check_train, "empty_loop": check_empty_loop, "gpt2_step": check_gpt2_step,
@@ -196,7 +226,7 @@ def run_check(args):
             out.update(status="error", error="%s: %s" % (type(e).__name__, (str(e) or "-").splitlines()[0][:300]))
         backend = getattr(torch.cuda.memory, "get_allocator_backend", None)
         out["torch_allocator"] = backend() if backend else "?"  # "pluggable" once swapped
-        if args.allocator == "tracepool":
+        if args.allocator in ("tracepool", "timed"):
             try:
                 out["tp"] = tracepool_stats(args.lib)
             except Exception as e:  # noqa: BLE001
@@ -277,7 +307,23 @@ def report(d):
     for c, label in (("gpt2_step", "GPT-2"), ("resnet_step", "ResNet-50")):
         print(pair_row(label + " step ms", r[c, "native"], r[c, "tracepool"], "ms_per_step", "%.1f", 1.02))
         print(pair_row(label + " memory in use GiB", r[c, "native"], r[c, "tracepool"], "mem_in_use_gib", "%.2f"))
+        print(reference_row(label, r[c, "native"], load(d, c, "minimal"), load(d, c, "timed")))
     return 0
+
+
+def reference_row(label, nat, minimal, timed):
+    """Information only: the minimal plugin's step time, and time spent inside tracepool per step."""
+    parts = []
+    if nat.get("status") == "ok" and minimal.get("status") == "ok":
+        parts.append("minimal plugin %.1f ms (%.3fx native)" % (minimal["ms_per_step"],
+                                                               minimal["ms_per_step"] / nat["ms_per_step"]))
+    if timed.get("status") == "ok" and "calls_per_step" in timed:
+        parts.append("timed tracepool %.1f ms/step, %.0f calls/step, %.2f ms inside tracepool, %s device allocs"
+                     % (timed["ms_per_step"], timed["calls_per_step"], timed["ms_in_allocator_per_step"],
+                        timed.get("device_allocs_in_timed_steps", "?")))
+    if nat.get("status") == "ok":
+        parts.append("native device allocs in timed steps %s" % nat.get("device_allocs_in_timed_steps", "?"))
+    return "info|%s reference|%s" % (label, "; ".join(parts) or "no reference runs")
 
 
 def main():
@@ -285,8 +331,9 @@ def main():
         return report(sys.argv[2])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("check", choices=sorted(CHECKS))
-    p.add_argument("--allocator", choices=("native", "tracepool"), required=True)
+    p.add_argument("--allocator", choices=("native",) + tuple(PLUGINS), required=True)
     p.add_argument("--lib", default="build/capi/libtracepool.so")
+    p.add_argument("--ref-lib", default="build/reference_plugins.so", help="reference_plugins.cpp, built")
     p.add_argument("--steps", type=int, default=0, help="training steps (train: 20; timed steps otherwise)")
     p.add_argument("--pairs", type=int, default=200_000, help="empty_loop: alloc+free pairs per repetition")
     p.add_argument("--reps", type=int, default=5, help="empty_loop: repetitions (median reported)")
