@@ -71,7 +71,7 @@ void fill(const core::stat& from, tracepool_stat_t* to) {
 }
 
 void fill(const core::stat_table& t, int column, tracepool_stat_t* first_of_nine) {
-  for (int k = 0; k < core::stat_kind_count; ++k) fill(t.cells[k][column], first_of_nine + k);
+  for (int k = 0; k < core::stat_kind_count; ++k) fill(t.at(static_cast<core::stat_kind>(k), column), first_of_nine + k);
 }
 
 // The nine stats are laid out in stat_kind order in both structs.

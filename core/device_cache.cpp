@@ -69,7 +69,7 @@ status device_cache::malloc(stream_pool* pool, size_t size, uint32_t site, block
 status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size, uint32_t site, block** out) {
   const pool_kind kind = pool_kind_for(rounded);
   std::lock_guard<std::mutex> lock(pool->mutex());
-  pool->process_pending(/*wait=*/false);
+  pool->process_pending(/*wait=*/false, /*stream_alive=*/true);
   // Rung 1: a cached block of this stream; reusable at once, in stream order.
   block* b = pool->find_free(rounded, kind);
   if (b == nullptr) {
@@ -148,7 +148,7 @@ void device_cache::empty_cache(bool wait) {
     std::vector<segment*> freed;
     {
       std::lock_guard<std::mutex> lock(pool->mutex());
-      pool->process_pending(wait);
+      pool->process_pending(wait, /*stream_alive=*/false);
       pool->disown_free_segments(&freed);
       if (validate_) check(pool);
     }

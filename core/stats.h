@@ -55,12 +55,12 @@ enum class stat_kind : int {
 inline constexpr int stat_kind_count = 9;
 inline constexpr int all_pools = pool_kind_count;  // index of the "all" column
 
-// One stat per kind, for the small pool, the large pool and both ("all").
+// One stat per kind, for the small pool, the large pool and both ("all"). Stored by column, with the
+// five stats every alloc and free touch first: they share three cache lines per column, which
+// matters because between two allocations the host program has usually evicted them.
 struct stat_table {
-  std::array<std::array<stat, pool_kind_count + 1>, stat_kind_count> cells{};
-
-  stat& at(stat_kind k, int column) { return cells[static_cast<int>(k)][column]; }
-  const stat& at(stat_kind k, int column) const { return cells[static_cast<int>(k)][column]; }
+  stat& at(stat_kind k, int column) { return cells_[column][slot(k)]; }
+  const stat& at(stat_kind k, int column) const { return cells_[column][slot(k)]; }
   void increase(stat_kind k, pool_kind p, int64_t n) {
     at(k, static_cast<int>(p)).increase(n);
     at(k, all_pools).increase(n);
@@ -72,6 +72,15 @@ struct stat_table {
   void reset_peak();
   void reset_accumulated();
   stat_table& operator+=(const stat_table& o);
+
+ private:
+  static constexpr int slot(stat_kind k) {
+    constexpr int slots[stat_kind_count] = {/*allocation*/ 0, /*segment*/ 7, /*active*/ 2, /*inactive_split*/ 5,
+                                            /*allocated_bytes*/ 1, /*reserved_bytes*/ 8, /*active_bytes*/ 3,
+                                            /*inactive_split_bytes*/ 6, /*requested_bytes*/ 4};
+    return slots[static_cast<int>(k)];
+  }
+  alignas(64) std::array<std::array<stat, stat_kind_count>, pool_kind_count + 1> cells_{};
 };
 
 // Device-wide counters that are not per block.

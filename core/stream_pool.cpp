@@ -97,24 +97,24 @@ status stream_pool::free(block* b) {
   stats_.decrease(stat_kind::allocation, kind, 1);
   stats_.decrease(stat_kind::allocated_bytes, kind, static_cast<int64_t>(b->size));
   stats_.decrease(stat_kind::requested_bytes, kind, static_cast<int64_t>(b->requested));
-  if (b->state == block_state::allocated) release_to_free_list(b);
+  if (b->state == block_state::allocated) release_to_free_list(b, /*stream_alive=*/true);
   return status::ok;
 }
 
-void stream_pool::process_pending(bool wait) {
+void stream_pool::process_pending(bool wait, bool stream_alive) {
   if (!reuse_.has_pending()) return;
   std::vector<block*> ready;
   reuse_.collect_ready(&ready, wait);
-  for (block* b : ready) release_to_free_list(b);
+  for (block* b : ready) release_to_free_list(b, stream_alive);
 }
 
 // The end of a block's life as active memory: merge with free neighbours, back to the free list.
-void stream_pool::release_to_free_list(block* b) {
+void stream_pool::release_to_free_list(block* b, bool stream_alive) {
   const pool_kind kind = b->seg->kind;
   stats_.decrease(stat_kind::active, kind, 1);
   stats_.decrease(stat_kind::active_bytes, kind, static_cast<int64_t>(b->size));
   b->requested = 0;
-  b->free_seq = reuse_.next_free_seq();
+  b->free_seq = reuse_.on_free(stream_alive);
   delete b->stream_uses;
   b->stream_uses = nullptr;
   const uint32_t site = b->site;  // the merged block is attributed to the memory last in use
@@ -153,7 +153,7 @@ void stream_pool::adopt(segment* s) {
 }
 
 segment* stream_pool::disown_safe_segment(size_t rounded, pool_kind kind) {
-  reuse_.fence();  // a failed fence only means nothing new becomes safe
+  reuse_.poll();
   segment* best = nullptr;
   for (segment* s = segments_; s != nullptr; s = s->pool_next) {
     const block* b = s->first;
@@ -259,7 +259,8 @@ status stream_pool::validate() const {
   for (int k = 0; k < stat_kind_count; ++k) {
     if (k == static_cast<int>(stat_kind::segment) || k == static_cast<int>(stat_kind::reserved_bytes)) continue;
     for (int p = 0; p <= pool_kind_count; ++p) {
-      const int64_t want = seen.cells[k][p].current, have = stats_.cells[k][p].current;
+      const auto kind = static_cast<stat_kind>(k);
+      const int64_t want = seen.at(kind, p).current, have = stats_.at(kind, p).current;
       if (want != have)
         return fail(status::internal, "validate: stat %s[%d] is %" PRId64 " but the blocks say %" PRId64, names[k], p,
                     have, want);

@@ -35,7 +35,8 @@ class stream_pool {
   // Takes back an allocated block; with record_stream streams it becomes pending until they are done.
   status free(block* b);
   // Finishes pending frees whose events completed (all of them, waiting, if `wait`).
-  void process_pending(bool wait);
+  // `stream_alive`: the caller is allocating on this pool's stream (see stream_reuse::on_free).
+  void process_pending(bool wait, bool stream_alive);
   bool has_pending() const { return reuse_.has_pending(); }
   // Adds a segment that is free as a whole (new from the device, or moved from another pool).
   void adopt(segment* s);
@@ -58,7 +59,7 @@ class stream_pool {
   void recycle(block* b);
   void insert_free(block* b);
   void erase_free(block* b);
-  void release_to_free_list(block* b);
+  void release_to_free_list(block* b, bool stream_alive);
   void absorb(block* left, block* right);
   void link(segment* s);
   void unlink(segment* s);

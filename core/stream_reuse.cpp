@@ -1,5 +1,7 @@
 #include "stream_reuse.h"
 
+#include <chrono>
+
 namespace tracepool::core {
 
 stream_reuse::~stream_reuse() {
@@ -20,22 +22,31 @@ status stream_reuse::poll_fence() {
   return status::ok;
 }
 
-status stream_reuse::fence() {
-  if (status s = poll_fence(); s != status::ok) return s;
-  if (fence_event_ != nullptr || safe_seq_ == free_seq_) return status::ok;
-  if (status s = backend_.record_event(device_, stream_, &fence_event_); s != status::ok) {
-    fence_event_ = nullptr;
-    return s;
-  }
-  fence_seq_ = free_seq_;
-  return poll_fence();  // an idle stream completes at once
+uint64_t stream_reuse::on_free(bool stream_alive) {
+  ++free_seq_;
+  if (!stream_alive) return free_seq_;
+  // No fence in flight: record one now (cost: one cuEventRecord). Otherwise look at the clock only
+  // every poll_every frees, and at the driver only once poll_interval has passed.
+  if (fence_event_ == nullptr || frees_until_check_-- == 0) maintain_fence();
+  return free_seq_;
 }
 
-status stream_reuse::synchronize() {
-  if (status s = fence(); s != status::ok) return s;
-  if (fence_event_ == nullptr) return status::ok;
-  if (status s = backend_.synchronize_event(device_, fence_event_); s != status::ok) return s;
-  return poll_fence();
+void stream_reuse::maintain_fence() {
+  frees_until_check_ = poll_every;
+  if (fence_event_ != nullptr) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (now - last_poll_ns_ < poll_interval_ns) return;
+    last_poll_ns_ = now;
+    if (poll_fence() != status::ok || fence_event_ != nullptr) return;
+  }
+  // A failed record only means these frees stay with this stream until a later fence.
+  if (backend_.record_event(device_, stream_, &fence_event_) != status::ok) {
+    fence_event_ = nullptr;
+    return;
+  }
+  fence_seq_ = free_seq_;
 }
 
 status stream_reuse::defer_free(block* b) {

@@ -9,10 +9,12 @@
 //   - Same stream: a freed block goes straight back to its pool's free list.
 //   - Other streams: each pool counts its frees (free_seq). A fence is an event recorded on the
 //     pool's stream together with the count at that moment; once the event completes, every block
-//     freed up to that count is idle on the device (safe_seq). Fences are recorded lazily, only when
-//     another stream of the device runs short, so the hot path records no event: an event recorded
-//     after the free completes after the work that preceded the free, which is what reuse needs.
-//     Whole free segments that are fenced move to the stream that needs them.
+//     freed up to that count is idle on the device (safe_seq). Fences are recorded only inside a
+//     free, where the caller's stream is certainly alive (a stream may be destroyed once its blocks
+//     are freed, so nothing may later record on it), and rate-limited: at most one fence in flight,
+//     and a completed one is noticed by a poll every `poll_every` frees once `poll_interval` has
+//     passed. That keeps the driver out of all but a few frees a millisecond. Whole free segments
+//     that are fenced move to another stream that runs short; polls from that side only query.
 //   - record_stream: a block used on other streams too gets one event per such stream at free and
 //     stays "pending free" (still active) until all have completed (polled at each malloc).
 // Limits: a freed block of a partly used segment is reused only on its own stream; other streams get
@@ -36,12 +38,12 @@ class stream_reuse {
   stream_reuse& operator=(const stream_reuse&) = delete;
 
   // ---- Fences (caller holds the pool's lock) ----
-  uint64_t next_free_seq() { return ++free_seq_; }
+  // A block is being freed: its free_seq. `stream_alive` says the caller is using this pool's stream
+  // right now, so a fence may be recorded on it.
+  uint64_t on_free(bool stream_alive);
   bool safe_for_other_streams(const block& b) const { return b.free_seq <= safe_seq_; }
-  // Records a fence if frees are not yet covered and none is in flight; then polls it.
-  status fence();
-  // Blocks until every free so far is safe for other streams.
-  status synchronize();
+  // Notices a completed fence; never records one (the stream may be gone).
+  void poll() { (void)poll_fence(); }
 
   // ---- record_stream (caller holds the pool's lock) ----
   // Records one event per stream in b.stream_uses; the block becomes pending until they complete.
@@ -58,6 +60,10 @@ class stream_reuse {
     std::vector<backend::event_handle> events;
   };
   status poll_fence();
+  void maintain_fence();
+
+  static constexpr uint32_t poll_every = 64;          // frees between clock reads
+  static constexpr int64_t poll_interval_ns = 1000000;  // between polls of a fence in flight
 
   backend::backend& backend_;
   int device_;
@@ -66,6 +72,8 @@ class stream_reuse {
   uint64_t safe_seq_ = 0;         // frees known complete on the device (fresh memory has seq 0)
   backend::event_handle fence_event_ = nullptr;
   uint64_t fence_seq_ = 0;        // free_seq_ when fence_event_ was recorded
+  uint32_t frees_until_check_ = 0;
+  int64_t last_poll_ns_ = 0;
   std::vector<pending_block> pending_;
 };
 

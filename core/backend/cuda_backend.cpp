@@ -75,8 +75,11 @@ const char* describe(const driver_api& api, CUresult r) noexcept {
 
 // CUDA_VISIBLE_DEVICES is the usual reason why a machine with GPUs shows none.
 const char* visible_devices() noexcept {
+  thread_local char note[160];
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  return visible ? visible : "<unset>";
+  if (!visible) return "CUDA_VISIBLE_DEVICES is unset";
+  std::snprintf(note, sizeof note, "CUDA_VISIBLE_DEVICES=\"%s\"", visible);
+  return note;
 }
 
 // Resolves entry points one by one and remembers the first one the driver lacks.
@@ -144,15 +147,15 @@ status load_driver(driver_api* api) noexcept {
 
 status init_driver(const driver_api& api, int* count) noexcept {
   if (CUresult r = api.init(0); r != CUDA_SUCCESS) {
-    return fail(status::unavailable, "backend cuda: cuInit failed: %s; CUDA_VISIBLE_DEVICES=%s",
+    return fail(status::unavailable, "backend cuda: cuInit failed: %s; %s",
                 describe(api, r), visible_devices());
   }
   if (CUresult r = api.device_get_count(count); r != CUDA_SUCCESS) {
     return fail(status::unavailable, "backend cuda: cuDeviceGetCount: %s", describe(api, r));
   }
   if (*count <= 0) {
-    return fail(status::unavailable, "backend cuda: the driver reports 0 devices; "
-                "CUDA_VISIBLE_DEVICES=%s", visible_devices());
+    return fail(status::unavailable, "backend cuda: the driver reports 0 devices; %s",
+                visible_devices());
   }
   return status::ok;
 }

@@ -3,11 +3,14 @@
 // Memory is anonymous mmap (untouched pages cost nothing, so a device of many GiB is cheap to
 // emulate); each device has a fixed capacity. A stream is any handle value. Work never runs, it only
 // waits: an event completes as soon as no hold (hold_stream) placed on its stream before it is still
-// held, so a test decides exactly when a freed block's "last use" finishes. Faults: fail the k-th
+// held, so a test decides exactly when a freed block's "last use" finishes. Recording an event on a
+// destroyed stream aborts, as a driver may crash there. Faults: fail the k-th
 // allocate() call, or every allocate() above n bytes, with out_of_memory.
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -79,6 +82,11 @@ class host_backend final : public backend {
   status record_event(int device, stream_handle stream, event_handle* out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    if (destroyed_.count(key(device, stream)) != 0) {
+      // CUDA would be undefined behaviour here (often a crash): make the bug loud in tests.
+      std::fprintf(stderr, "host backend: event recorded on destroyed stream %p\n", stream);
+      std::abort();
+    }
     host_event* e = nullptr;
     if (!event_pool_.empty()) {
       e = event_pool_.back();
@@ -119,9 +127,11 @@ class host_backend final : public backend {
     return status::ok;
   }
 
-  status destroy_stream(int device, stream_handle) noexcept override {
+  status destroy_stream(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return check(device);
+    if (status s = check(device); s != status::ok) return s;
+    destroyed_.insert(key(device, stream));  // create_stream never hands the value out again
+    return status::ok;
   }
 
   status synchronize_stream(int device, stream_handle stream) noexcept override {
@@ -175,6 +185,7 @@ class host_backend final : public backend {
   uintptr_t streams_created_ = 0;
   std::map<stream_key, uint64_t> holds_issued_;  // per stream
   std::set<hold*> held_;                         // holds not yet released
+  std::set<stream_key> destroyed_;
   std::vector<host_event*> event_pool_;
 };
 

@@ -2,6 +2,8 @@
 // for work still running there.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "test_support.h"
 
 namespace tracepool::core {
@@ -125,6 +127,29 @@ TEST(StreamReuse, OutOfMemoryWaitsForPendingFreesBeforeFailing) {
   ASSERT_EQ(a->malloc(1 << 20, 0, stream(3), &q), status::ok) << last_error();
   EXPECT_EQ(stats_of(*a).counters.num_alloc_retries, 1u);
   ASSERT_EQ(a->free(q), status::ok);
+}
+
+// A program may destroy a stream once its blocks are freed (CuPy does): tracepool must never record
+// an event on it afterwards, while its cached memory moves to other streams. The host backend aborts
+// on an event recorded on a destroyed stream.
+TEST(StreamReuse, DestroyedStreamIsNeverTouchedAgain) {
+  auto a = host_allocator();
+  backend::backend& be = a->device_backend();
+  for (int round = 0; round < 3; ++round) {
+    backend::stream_handle s = nullptr;
+    ASSERT_EQ(be.create_stream(0, &s), status::ok);
+    std::vector<void*> ptrs(100);
+    for (auto& p : ptrs) ASSERT_EQ(a->malloc(64 << 10, 0, s, &p), status::ok);
+    for (auto p : ptrs) ASSERT_EQ(a->free(p), status::ok);
+    ASSERT_EQ(be.destroy_stream(0, s), status::ok);
+  }
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(64 << 10, 0, stream(99), &p), status::ok);
+  EXPECT_LE(device_allocs(*a), 12u) << "at most each round's 4 segments";
+  ASSERT_EQ(a->free(p), status::ok);
+  // Memory freed just before a stream died stays cached (never fenced) until given back here.
+  ASSERT_EQ(a->empty_cache(0), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
 }
 
 }  // namespace tracepool::core
