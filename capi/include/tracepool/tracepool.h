@@ -97,7 +97,9 @@ TRACEPOOL_API void tracepool_destroy(tracepool_t* tp);
 TRACEPOOL_API int tracepool_malloc(tracepool_t* tp, size_t size, int device, void* stream, void** out);
 /* Returns a block to the cache; it is reusable at once on the stream it was allocated on, and on
  * other streams once the work submitted there before the free has completed. NULL is a no-op.
- * `stream` is accepted for symmetry and ignored: the block remembers its allocation stream. */
+ * `stream` is accepted for symmetry and ignored: the block remembers its allocation stream.
+ * Streams: a stream must stay alive until every block allocated on it has been freed (as in RMM);
+ * after that it may be destroyed, and tracepool never touches it again. */
 TRACEPOOL_API int tracepool_free(tracepool_t* tp, void* ptr, void* stream);
 /* Marks `ptr` as used on `stream` too (Tensor.record_stream): at free, reuse waits for the work
  * submitted to `stream` before the free as well. */
