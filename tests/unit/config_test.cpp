@@ -55,6 +55,13 @@ TEST(Config, FaultInjectionNeedsTheHostBackend) {
   EXPECT_EQ(parse_config("backend:host,fail_alloc:1", &c), status::ok);
 }
 
+TEST(Config, HostKeysDoNotApplyToCuda) {
+  config c;
+  EXPECT_EQ(parse_config("backend:cuda,host_devices:2", &c), status::bad_config);
+  EXPECT_NE(std::string(last_error()).find("do not apply"), std::string::npos) << last_error();
+  EXPECT_EQ(parse_config("host_devices:2", &c), status::ok) << "auto may fall back to the host backend";
+}
+
 TEST(Config, ByteSizes) {
   size_t n = 0;
   EXPECT_TRUE(parse_bytes("4096", &n));
