@@ -40,7 +40,7 @@ status allocator::create(const config& cfg, std::unique_ptr<allocator>* out) {
 }
 
 allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be)
-    : config_(cfg), instance_(next_instance.fetch_add(1)), backend_(std::move(be)) {
+    : instance_(next_instance.fetch_add(1)), backend_(std::move(be)) {
   for (int d = 0; d < backend_->device_count(); ++d)
     devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate));
 }

@@ -35,7 +35,6 @@ class allocator {
 
   int device_count() const { return static_cast<int>(devices_.size()); }
   backend::backend& device_backend() { return *backend_; }
-  const config& settings() const { return config_; }
   size_t live_blocks() { return live_.size(); }
 
  private:
@@ -46,7 +45,6 @@ class allocator {
   template <typename Fn>
   status for_devices(int device, Fn&& fn);
 
-  const config config_;
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;
   std::vector<std::unique_ptr<device_cache>> devices_;

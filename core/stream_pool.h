@@ -51,7 +51,6 @@ class stream_pool {
 
   const stat_table& stats() const { return stats_; }
   stat_table& stats() { return stats_; }
-  bool owns_segments() const { return segments_ != nullptr; }
   status validate() const;
 
  private:

@@ -52,7 +52,6 @@ class stream_reuse {
   // Moves the blocks whose events have all completed into `ready`; blocks until then if `wait`.
   void collect_ready(std::vector<block*>* ready, bool wait);
 
-  size_t pending_count() const { return pending_.size(); }
 
  private:
   struct pending_block {
