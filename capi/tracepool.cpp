@@ -3,6 +3,7 @@
 #include "tracepool/tracepool.h"
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -12,7 +13,9 @@
 
 #include "allocator.h"
 #include "config.h"
+#include "report/report.h"
 #include "status.h"
+#include "trace/tags.h"
 
 using tracepool::status;
 namespace core = tracepool::core;
@@ -56,6 +59,7 @@ status null_handle(const char* what) { return tracepool::fail(status::invalid_ar
 status create(const char* conf, bool is_default, tracepool_t** out) {
   core::config cfg;
   if (status s = core::parse_config(conf, &cfg); s != status::ok) return s;
+  cfg.own_code = reinterpret_cast<const void*>(&tracepool_malloc);  // frames in this library are ours
   auto tp = std::make_unique<tracepool_s>();
   if (status s = core::allocator::create(cfg, &tp->impl); s != status::ok) return s;
   tp->is_default = is_default;
@@ -94,6 +98,19 @@ tracepool_stats_t to_c(const core::device_stats& st) {
   return c;
 }
 
+// TRACEPOOL_REPORT: the default instance's report, written when the process exits.
+void write_exit_report() {
+  const char* path = std::getenv("TRACEPOOL_REPORT");
+  tracepool_t* tp = tracepool_default();
+  if (path == nullptr || *path == '\0' || tp == nullptr) return;
+  const int rc = guarded("report at exit", [&] {
+    core::report r;
+    if (status s = tp->impl->make_report("exit", &r); s != status::ok) return s;
+    return core::write_report_to(r, path, nullptr);
+  });
+  if (rc != TRACEPOOL_OK) std::fprintf(stderr, "tracepool: TRACEPOOL_REPORT=%s: %s\n", path, tracepool::last_error());
+}
+
 }  // namespace
 
 extern "C" {
@@ -107,6 +124,8 @@ tracepool_t* tracepool_default(void) {
   std::call_once(once, [] {
     const int rc = guarded("tracepool_default", [] { return create(std::getenv("TRACEPOOL_CONF"), true, &instance); });
     if (rc != TRACEPOOL_OK) failure = new std::string(tracepool::last_error());
+    const char* report = std::getenv("TRACEPOOL_REPORT");
+    if (rc == TRACEPOOL_OK && report != nullptr && *report != '\0') std::atexit(write_exit_report);
   });
   if (instance == nullptr && failure != nullptr) tracepool::fail(status::unavailable, "%s", failure->c_str());
   return instance;
@@ -215,6 +234,35 @@ int tracepool_validate(tracepool_t* tp) {
   return guarded("tracepool_validate", [&] {
     if (tp == nullptr) return null_handle("tracepool_validate");
     return tp->impl->validate();
+  });
+}
+
+int tracepool_tag_push(const char* label) {
+  return guarded("tracepool_tag_push", [&] { return core::push_tag(label); });
+}
+
+int tracepool_tag_pop(void) {
+  return guarded("tracepool_tag_pop", [&] { return core::pop_tag(); });
+}
+
+int tracepool_mark(tracepool_t* tp, const char* label) {
+  return guarded("tracepool_mark", [&] {
+    if (tp == nullptr) return null_handle("tracepool_mark");
+    return tp->impl->mark(label);
+  });
+}
+
+int tracepool_write_report(tracepool_t* tp, const char* path, const char* format) {
+  return guarded("tracepool_write_report", [&] {
+    if (tp == nullptr) return null_handle("tracepool_write_report");
+    return tp->impl->write_report(path, format);
+  });
+}
+
+int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format) {
+  return guarded("tracepool_write_oom_report", [&] {
+    if (tp == nullptr) return null_handle("tracepool_write_oom_report");
+    return tp->impl->write_oom_report(path, format);
   });
 }
 

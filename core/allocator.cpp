@@ -1,7 +1,11 @@
 #include "allocator.h"
 
 #include <atomic>
+#include <cstdio>
 #include <new>
+
+#include "report/report.h"
+#include "trace/tags.h"
 
 namespace tracepool::core {
 
@@ -33,14 +37,19 @@ status choose_backend(const config& cfg, std::unique_ptr<backend::backend>* out)
 }  // namespace
 
 status allocator::create(const config& cfg, std::unique_ptr<allocator>* out) {
+  std::unique_ptr<tracer> tr;
+  if (status s = tracer::create(cfg, &tr); s != status::ok) return s;
   std::unique_ptr<backend::backend> be;
   if (status s = choose_backend(cfg, &be); s != status::ok) return s;
-  out->reset(new allocator(cfg, std::move(be)));
+  out->reset(new allocator(cfg, std::move(be), std::move(tr)));
   return status::ok;
 }
 
-allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be)
-    : instance_(next_instance.fetch_add(1)), backend_(std::move(be)) {
+allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr)
+    : instance_(next_instance.fetch_add(1)),
+      backend_(std::move(be)),
+      tracer_(std::move(tr)),
+      print_oom_report_(cfg.oom_report) {
   for (int d = 0; d < backend_->device_count(); ++d)
     devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate));
 }
@@ -61,7 +70,7 @@ stream_pool* allocator::pool_of(int device, backend::stream_handle stream) {
   return pool;
 }
 
-status allocator::malloc(size_t size, int device, backend::stream_handle stream, void** out, uint32_t site) {
+status allocator::malloc(size_t size, int device, backend::stream_handle stream, void** out) {
   if (out == nullptr) return fail(status::invalid_argument, "malloc: out is NULL");
   *out = nullptr;
   if (status s = check_device(device); s != status::ok) return s;
@@ -69,15 +78,18 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (size > max_request)
     return fail(status::invalid_argument, "malloc: %zu bytes is beyond the largest supported request (%zu bytes)",
                 size, max_request);
+  const block_tag tag = tracer_->capture(size);  // before any lock
   device_cache& dev = *devices_[static_cast<size_t>(device)];
   block* b = nullptr;
-  if (status s = dev.malloc(pool_of(device, stream), size, site, &b); s != status::ok) return s;
+  if (status s = dev.malloc(pool_of(device, stream), size, tag, &b); s != status::ok)
+    return s == status::out_of_memory ? out_of_memory(device, size) : s;
   try {
     live_.insert(b->ptr, b);
   } catch (const std::bad_alloc&) {
     (void)dev.free(b);  // nothing lost: the block goes back before the error is reported
     return fail(status::internal, "malloc: host memory exhausted while recording the block");
   }
+  tracer_->on_alloc(tag.site, size);
   *out = b->ptr;
   return status::ok;
 }
@@ -86,14 +98,20 @@ status allocator::free(void* ptr) {
   if (ptr == nullptr) return status::ok;
   block* b = live_.take(ptr);
   if (b == nullptr) return reject_free(ptr);
+  const uint32_t site = b->site;  // ours alone until freed: no other thread touches these fields
+  const size_t requested = b->requested;
   status s;
   try {
     s = devices_[static_cast<size_t>(b->seg->device)]->free(b);
   } catch (const std::bad_alloc&) {
     s = fail(status::internal, "free(%p): host memory exhausted", ptr);
   }
-  if (s != status::ok) live_.insert(ptr, b);  // still live: nothing lost, the caller may free it again
-  return s;
+  if (s != status::ok) {
+    live_.insert(ptr, b);  // still live: nothing lost, the caller may free it again
+    return s;
+  }
+  tracer_->on_free(site, requested);
+  return status::ok;
 }
 
 // An address that is not a live block: say whether it is ours (double free, interior pointer) or not.
@@ -168,6 +186,64 @@ status allocator::validate() {
   for (auto& dev : devices_)
     if (status s = dev->validate(); s != status::ok) return s;
   return status::ok;
+}
+
+status allocator::collect_blocks(int device, std::vector<block_record>* out) {
+  if (status s = check_device(device); s != status::ok) return s;
+  devices_[static_cast<size_t>(device)]->collect(out);
+  return status::ok;
+}
+
+status allocator::mark(const char* label) {
+  if (status s = check_label("mark", label); s != status::ok) return s;
+  int64_t live = 0;
+  for (auto& dev : devices_) live += dev->stats().table.at(stat_kind::requested_bytes, all_pools).current;
+  return tracer_->mark(label, live);
+}
+
+status allocator::make_report(const char* reason, report* out) { return build_report(*this, reason, out); }
+
+status allocator::write_report(const char* path, const char* format) {
+  report r;
+  if (status s = make_report("demand", &r); s != status::ok) return s;
+  return write_report_to(r, path, format);
+}
+
+status allocator::write_oom_report(const char* path, const char* format) {
+  std::shared_ptr<const report> r;
+  {
+    std::lock_guard<std::mutex> lock(oom_mutex_);
+    r = last_oom_;
+  }
+  if (r == nullptr) return fail(status::invalid_argument, "write_oom_report: no allocation has failed with out of memory");
+  return write_report_to(*r, path, format);
+}
+
+// The device said no after the cache was emptied. Say who holds the memory: a report is built (no
+// allocator lock is held here), kept for write_oom_report, printed unless oom_report:off, and its
+// top sites are appended to the error message.
+status allocator::out_of_memory(int device, size_t size) {
+  const std::string message = last_error();
+  try {
+    auto r = std::make_shared<report>();
+    if (build_report(*this, "oom", r.get()) != status::ok)
+      return fail(status::out_of_memory, "%s", message.c_str());
+    r->oom_device = device;
+    r->oom_requested = size;
+    r->oom_message = message;
+    const std::string summary = oom_summary(*r, device);
+    if (print_oom_report_) {
+      const std::string text = to_text(*r);
+      std::fwrite(text.data(), 1, text.size(), stderr);
+    }
+    {
+      std::lock_guard<std::mutex> lock(oom_mutex_);
+      last_oom_ = std::move(r);
+    }
+    return fail(status::out_of_memory, "%s\n%s", message.c_str(), summary.c_str());
+  } catch (const std::bad_alloc&) {
+    return fail(status::out_of_memory, "%s", message.c_str());  // no room for a report either
+  }
 }
 
 }  // namespace tracepool::core

@@ -2,27 +2,32 @@
 // and the map from addresses handed out to their blocks.
 //
 // Rule (capture before lock): whatever a request needs that may take other locks or call into a host
-// language (stack capture, Python frames) is gathered by the caller before malloc() and passed in as
-// `site`; nothing under an allocator lock calls out.
+// language (stack capture, Python frames) is gathered by tracer::capture before any allocator lock;
+// reports and the OOM report are built with no allocator lock held.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config.h"
 #include "device_cache.h"
 #include "pointer_map.h"
+#include "trace/tracer.h"
 
 namespace tracepool::core {
+
+struct report;
 
 class allocator {
  public:
   static status create(const config& cfg, std::unique_ptr<allocator>* out);
   ~allocator();
 
-  status malloc(size_t size, int device, backend::stream_handle stream, void** out, uint32_t site = 0);
+  status malloc(size_t size, int device, backend::stream_handle stream, void** out);
   status free(void* ptr);
   status record_stream(void* ptr, backend::stream_handle stream);
   status empty_cache(int device);  // -1: every device
@@ -33,12 +38,23 @@ class allocator {
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes);
   status validate();
 
+  // Attribution (issue 3): marks, reports, and the report of the last out-of-memory error.
+  status mark(const char* label);
+  status make_report(const char* reason, report* out);
+  // format: "json", "text", or nullptr/"" to choose by path (".json" -> json). path "stderr" prints.
+  status write_report(const char* path, const char* format);
+  status write_oom_report(const char* path, const char* format);
+  tracer& call_sites() { return *tracer_; }
+  // Every block of a device, for reports.
+  status collect_blocks(int device, std::vector<block_record>* out);
+
   int device_count() const { return static_cast<int>(devices_.size()); }
   backend::backend& device_backend() { return *backend_; }
   size_t live_blocks() { return live_.size(); }
 
  private:
-  allocator(const config& cfg, std::unique_ptr<backend::backend> be);
+  allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr);
+  status out_of_memory(int device, size_t size);
   status check_device(int device) const;
   stream_pool* pool_of(int device, backend::stream_handle stream);
   status reject_free(void* ptr);
@@ -49,6 +65,11 @@ class allocator {
   std::unique_ptr<backend::backend> backend_;
   std::vector<std::unique_ptr<device_cache>> devices_;
   pointer_map live_;
+  std::unique_ptr<tracer> tracer_;
+  const bool print_oom_report_;
+
+  std::mutex oom_mutex_;
+  std::shared_ptr<const report> last_oom_;  // guarded by oom_mutex_
 };
 
 }  // namespace tracepool::core

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "size_class.h"
+#include "trace/block_tag.h"
 
 namespace tracepool::core {
 
@@ -37,12 +38,23 @@ struct block {
   block* bin_prev = nullptr;       // links in a small free-list bin (free blocks only)
   block* bin_next = nullptr;
   uint64_t free_seq = 0;           // owner's free counter when the block became free (stream_reuse)
-  uint32_t site = 0;               // call-site id of the allocation; 0 = unknown
+  uint32_t site = 0;               // call site of the allocation; while free, of the memory's last use
+  uint32_t birth = 0;              // marks made before the allocation (tracer.h)
   block_state state = block_state::free;
   bool counted_split = false;
   std::vector<backend::stream_handle>* stream_uses = nullptr;  // record_stream streams; owned, usually null
 
   bool is_whole_segment() const { return prev == nullptr && next == nullptr; }
+};
+
+// What a report needs of a block (copied under the pool lock, read after it is released).
+struct block_record {
+  uint32_t site;
+  uint32_t birth;
+  size_t size;       // rounded
+  size_t requested;  // 0 when free
+  bool live;         // handed out (else free, cached)
+  bool split_free;   // free inside a partly used segment (inactive split)
 };
 
 // A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block

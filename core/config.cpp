@@ -56,6 +56,30 @@ status apply(const std::string& key, const std::string& value, config* c) {
     c->host.fail_call = static_cast<size_t>(k);
   } else if (key == "fail_above") {
     if (!parse_bytes(value, &c->host.fail_above)) return bad_value(key, value, bytes);
+  } else if (key == "capture") {
+    if (value == "off") c->capture = capture_mode::off;
+    else if (value == "native") c->capture = capture_mode::native;
+    else return bad_value(key, value, "off or native");
+  } else if (key == "capture_depth") {
+    if (!parse_int(value, 1, max_capture_depth, &c->capture_depth)) return bad_value(key, value, "an integer from 1 to 256");
+  } else if (key == "unwinder") {
+    if (value == "auto") c->unwinder = unwinder_choice::automatic;
+    else if (value == "libunwind") c->unwinder = unwinder_choice::libunwind;
+    else if (value == "boost") c->unwinder = unwinder_choice::boost;
+    else return bad_value(key, value, "auto, libunwind or boost");
+  } else if (key == "sample_bytes") {
+    if (!parse_bytes(value, &c->sample_bytes) || c->sample_bytes > (size_t{1} << 50))
+      return bad_value(key, value, "0 (every allocation) or a byte size up to 1 PiB, such as 1MiB");
+  } else if (key == "sample_seed") {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long seed = std::strtoull(value.c_str(), &end, 0);
+    if (value.empty() || value[0] == '-' || *end != '\0' || errno != 0) return bad_value(key, value, "an unsigned integer");
+    c->sample_seed = seed;
+  } else if (key == "oom_report") {
+    if (value == "stderr") c->oom_report = true;
+    else if (value == "off") c->oom_report = false;
+    else return bad_value(key, value, "stderr or off");
   } else {
     return fail(status::bad_config, "TRACEPOOL_CONF: unknown key '%s'; known keys: %s", key.c_str(), config_help());
   }
@@ -87,7 +111,9 @@ bool parse_bytes(const std::string& text, size_t* out) {
 const char* config_help() {
   return "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
          "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
-         "fail_above (bytes: fail larger device allocations, host only)";
+         "fail_above (bytes: fail larger device allocations, host only), capture (off|native), "
+         "capture_depth (1-256), unwinder (auto|libunwind|boost), sample_bytes (0 or bytes), sample_seed (integer), "
+         "oom_report (stderr|off)";
 }
 
 status parse_config(const char* text, config* out) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "backend/backend.h"
@@ -18,11 +19,27 @@ inline constexpr bool validate_by_default = true;
 inline constexpr bool validate_by_default = false;
 #endif
 
+inline constexpr int max_capture_depth = 256;
+
+enum class capture_mode { off, native };
+enum class unwinder_choice { automatic, libunwind, boost };
+
 struct config {
   backend_choice backend = backend_choice::automatic;  // backend: auto | cuda | host
   backend::host_options host;                          // host_devices, host_capacity, fail_alloc, fail_above
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
+
+  capture_mode capture = capture_mode::native;         // capture: off | native
+  int capture_depth = 32;                              // capture_depth: frames kept per call site, 1-256
+  unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | boost
+  size_t sample_bytes = 0;                             // sample_bytes: mean bytes between samples, 0 = every block
+  uint64_t sample_seed = 0x7261636570ULL;              // sample_seed: seed of the sampler (per thread)
+  bool oom_report = true;                              // oom_report: stderr | off
+
+  // Not a key: set by the C API to an address inside libtracepool.so, so that capture drops the
+  // frames of that module (tracepool's own). nullptr: drop nothing (core linked into a test).
+  const void* own_code = nullptr;
 };
 
 // Parses `text` (nullptr or "" gives the defaults). On failure *out is unchanged.

@@ -52,9 +52,9 @@ std::vector<stream_pool*> device_cache::pools_snapshot() {
 
 // The allocation ladder. Rungs 1-3 run under the pool's lock in try_allocate; rung 4 frees the
 // cache without holding any lock and climbs once more.
-status device_cache::malloc(stream_pool* pool, size_t size, uint32_t site, block** out) {
+status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block** out) {
   const size_t rounded = round_size(size);
-  status s = try_allocate(pool, rounded, size, site, out);
+  status s = try_allocate(pool, rounded, size, tag, out);
   if (s != status::out_of_memory) return s;
   // Rung 4: the device is full. Give every fully free segment back, after waiting for pending frees.
   {
@@ -62,11 +62,11 @@ status device_cache::malloc(stream_pool* pool, size_t size, uint32_t site, block
     ++counters_.num_alloc_retries;
   }
   empty_cache(/*wait=*/true);
-  s = try_allocate(pool, rounded, size, site, out);
+  s = try_allocate(pool, rounded, size, tag, out);
   return s == status::out_of_memory ? out_of_memory(size, rounded) : s;
 }
 
-status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size, uint32_t site, block** out) {
+status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out) {
   const pool_kind kind = pool_kind_for(rounded);
   std::lock_guard<std::mutex> lock(pool->mutex());
   pool->process_pending(/*wait=*/false, /*stream_alive=*/true);
@@ -77,12 +77,12 @@ status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size
     segment* seg = take_from_other_streams(pool, rounded, kind);
     // Rung 3: a new segment from the device.
     if (seg == nullptr) {
-      if (status s = grow(rounded, kind, site, &seg); s != status::ok) return s;
+      if (status s = grow(rounded, kind, tag.site, &seg); s != status::ok) return s;
     }
     pool->adopt(seg);
     b = pool->find_free(rounded, kind);
   }
-  *out = pool->allocate(b, rounded, size, site);
+  *out = pool->allocate(b, rounded, size, tag);
   if (validate_) check(pool);
   return status::ok;
 }
@@ -201,6 +201,13 @@ device_stats device_cache::stats() {
   out.counters = counters_;
   out.limit_bytes = limit_;
   return out;
+}
+
+void device_cache::collect(std::vector<block_record>* out) {
+  for (stream_pool* pool : pools_snapshot()) {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    pool->collect(out);
+  }
 }
 
 void device_cache::reset_peak() {

@@ -30,13 +30,15 @@ class device_cache {
   stream_pool* pool_for(backend::stream_handle stream);
 
   // pre: 0 < size <= max_request.
-  status malloc(stream_pool* pool, size_t size, uint32_t site, block** out);
+  status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
   status free(block* b);
   void record_stream(block* b, backend::stream_handle used_on);
   // Gives fully free segments back to the device. With `wait`, first waits for pending frees.
   void empty_cache(bool wait);
 
   device_stats stats();
+  // Every block of every pool (pools locked one at a time).
+  void collect(std::vector<block_record>* out);
   void reset_peak();
   void reset_accumulated();
   void set_limit(size_t bytes);
@@ -46,7 +48,7 @@ class device_cache {
   status validate();
 
  private:
-  status try_allocate(stream_pool* pool, size_t rounded, size_t size, uint32_t site, block** out);
+  status try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out);
   segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);
   status grow(size_t rounded, pool_kind kind, uint32_t site, segment** out);
   void release(const std::vector<segment*>& segments);

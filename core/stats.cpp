@@ -18,4 +18,29 @@ stat_table& stat_table::operator+=(const stat_table& o) {
   return *this;
 }
 
+std::vector<std::pair<std::string, int64_t>> memory_stat_items(const device_stats& st) {
+  static const char* const kinds[stat_kind_count] = {"allocation",      "segment",        "active",
+                                                     "inactive_split",  "allocated_bytes", "reserved_bytes",
+                                                     "active_bytes",    "inactive_split_bytes", "requested_bytes"};
+  static const char* const columns[] = {"small_pool", "large_pool", "all"};  // pool_kind order, then all
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (int k = 0; k < stat_kind_count; ++k)
+    for (int c : {all_pools, static_cast<int>(pool_kind::small), static_cast<int>(pool_kind::large)}) {
+      const stat& s = st.table.at(static_cast<stat_kind>(k), c);
+      const std::string prefix = std::string(kinds[k]) + "." + columns[c] + ".";
+      out.emplace_back(prefix + "current", s.current);
+      out.emplace_back(prefix + "peak", s.peak);
+      out.emplace_back(prefix + "allocated", s.allocated);
+      out.emplace_back(prefix + "freed", s.freed);
+    }
+  const event_counters& e = st.counters;
+  out.emplace_back("num_alloc_retries", static_cast<int64_t>(e.num_alloc_retries));
+  out.emplace_back("num_ooms", static_cast<int64_t>(e.num_ooms));
+  out.emplace_back("num_device_alloc", static_cast<int64_t>(e.num_device_alloc));
+  out.emplace_back("num_device_free", static_cast<int64_t>(e.num_device_free));
+  out.emplace_back("num_invalid_frees", static_cast<int64_t>(e.num_invalid_frees));
+  out.emplace_back("limit_bytes", static_cast<int64_t>(st.limit_bytes));
+  return out;
+}
+
 }  // namespace tracepool::core

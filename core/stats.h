@@ -10,6 +10,9 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "size_class.h"
 
@@ -98,5 +101,9 @@ struct device_stats {
   event_counters counters;
   uint64_t limit_bytes = 0;
 };
+
+// The figures of a device under torch.cuda.memory_stats() key names ("allocated_bytes.all.current",
+// ..., "num_ooms"), in a fixed order.
+std::vector<std::pair<std::string, int64_t>> memory_stat_items(const device_stats& st);
 
 }  // namespace tracepool::core

@@ -60,7 +60,7 @@ block* stream_pool::find_free(size_t rounded, pool_kind kind) const {
   return kind == pool_kind::small ? small_.best_fit(rounded) : large_.best_fit(rounded);
 }
 
-block* stream_pool::allocate(block* b, size_t rounded, size_t requested, uint32_t site) {
+block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_tag tag) {
   const pool_kind kind = b->seg->kind;
   block* rest = should_split(kind, b->size, rounded) ? new_block() : nullptr;  // may throw: before any change
   erase_free(b);
@@ -78,7 +78,8 @@ block* stream_pool::allocate(block* b, size_t rounded, size_t requested, uint32_
   }
   b->state = block_state::allocated;
   b->requested = requested;
-  b->site = site;
+  b->site = tag.site;
+  b->birth = tag.birth;
   const auto bytes = static_cast<int64_t>(b->size);
   stats_.increase(stat_kind::allocation, kind, 1);
   stats_.increase(stat_kind::allocated_bytes, kind, bytes);
@@ -189,6 +190,15 @@ void stream_pool::record_stream(block* b, backend::stream_handle used_on) {
   for (auto s : *b->stream_uses)
     if (s == used_on) return;
   b->stream_uses->push_back(used_on);
+}
+
+void stream_pool::collect(std::vector<block_record>* out) const {
+  for (const segment* s = segments_; s != nullptr; s = s->pool_next)
+    for (const block* b = s->first; b != nullptr; b = b->next) {
+      if (b->state == block_state::pending_free) continue;  // freed by its owner: neither held nor cached
+      const bool live = b->state == block_state::allocated;
+      out->push_back(block_record{b->site, b->birth, b->size, b->requested, live, !live && !b->is_whole_segment()});
+    }
 }
 
 void stream_pool::link(segment* s) {

@@ -31,7 +31,7 @@ class stream_pool {
   // Smallest free block of the kind that holds `rounded`, or nullptr.
   block* find_free(size_t rounded, pool_kind kind) const;
   // Hands out free block `b` (split if worthwhile) for a request of `requested` bytes.
-  block* allocate(block* b, size_t rounded, size_t requested, uint32_t site);
+  block* allocate(block* b, size_t rounded, size_t requested, block_tag tag);
   // Takes back an allocated block; with record_stream streams it becomes pending until they are done.
   status free(block* b);
   // Finishes pending frees whose events completed (all of them, waiting, if `wait`).
@@ -48,6 +48,9 @@ class stream_pool {
 
   // Record another stream that uses allocated block `b` (Tensor.record_stream).
   void record_stream(block* b, backend::stream_handle used_on);
+
+  // Appends a record of every block, for reports.
+  void collect(std::vector<block_record>* out) const;
 
   const stat_table& stats() const { return stats_; }
   stat_table& stats() { return stats_; }

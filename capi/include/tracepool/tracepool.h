@@ -122,6 +122,31 @@ TRACEPOOL_API const char* tracepool_backend_name(tracepool_t* tp);
 /* Checks every internal invariant; TRACEPOOL_ERR_INTERNAL with the broken one named if any fails. */
 TRACEPOOL_API int tracepool_validate(tracepool_t* tp);
 
+/* ---- Call sites, tags, marks and reports (docs/report-schema.md) ----------------------------- */
+/* Every allocation records its call stack (TRACEPOOL_CONF capture, capture_depth, unwinder,
+ * sample_bytes), the calling thread's tags and the number of marks made before it. Reports group
+ * live blocks ("leaks" at exit), retained blocks and cached (reserved but free) memory by call site.
+ * TRACEPOOL_REPORT=<path> writes the report of tracepool_default() at exit: JSON when the path ends
+ * in .json, text otherwise; TRACEPOOL_REPORT=stderr prints the text. */
+
+/* Pushes `label` on the calling thread's tag stack (at most 64 deep, 256 bytes a label): sites
+ * captured until the matching pop carry it. Tags are per thread and shared by every instance. */
+TRACEPOOL_API int tracepool_tag_push(const char* label);
+/* Pops the innermost tag of the calling thread; TRACEPOOL_ERR_INVALID_ARGUMENT if none is pushed. */
+TRACEPOOL_API int tracepool_tag_pop(void);
+/* Records a named point in time (an epoch boundary, at most 4096 per instance). Reports give each
+ * site's live bytes at every mark, flag sites whose live bytes keep growing across marks, and list
+ * retained blocks: born before a mark and still alive after it and every later one. */
+TRACEPOOL_API int tracepool_mark(tracepool_t* tp, const char* label);
+/* Writes a report of the memory held now. path: a file, replaced atomically (a temporary file in
+ * the same directory, then rename: a symlink at `path` is replaced, never followed), or "stderr".
+ * format: "json", "text", or NULL (JSON if path ends in ".json", text otherwise). */
+TRACEPOOL_API int tracepool_write_report(tracepool_t* tp, const char* path, const char* format);
+/* Writes the report made when an allocation of `tp` last failed with TRACEPOOL_ERR_OOM (that
+ * report is also printed to stderr unless TRACEPOOL_CONF has oom_report:off). Fails with
+ * TRACEPOOL_ERR_INVALID_ARGUMENT if no allocation has failed so. */
+TRACEPOOL_API int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format);
+
 /* ---- Errors --------------------------------------------------------------------------------- */
 TRACEPOOL_API const char* tracepool_status_string(int status); /* "TRACEPOOL_ERR_OOM: out of memory" */
 TRACEPOOL_API const char* tracepool_last_error(void);          /* this thread's last failure, "" if none */

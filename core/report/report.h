@@ -1,0 +1,107 @@
+// report.h: what a report says, as data (docs/report-schema.md), and the ways out: JSON, text, a
+// file written atomically, stderr. Built from an allocator with no allocator lock held across the
+// build: pools are copied one at a time, then everything is aggregated and symbolized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stats.h"
+#include "status.h"
+#include "trace/symbolizer.h"
+
+namespace tracepool::core {
+
+class allocator;
+
+inline constexpr const char* report_schema = "tracepool.report/1";
+
+// Memory held by one call site (stack + tags). Sizes are the bytes requested; with sampling on,
+// bytes and blocks are unbiased estimates.
+struct site_summary {
+  uint32_t site = 0;  // 0: no call site known (capture off, or the table was full)
+  std::vector<std::string> tags;
+  std::vector<frame_info> frames;     // innermost first, tracepool's own frames removed
+  int64_t bytes = 0;                  // live requested bytes
+  int64_t blocks = 0;
+  int64_t block_bytes = 0;            // live bytes at the rounded sizes the device holds
+  int64_t peak_bytes = 0;             // highest live bytes of this site
+  int64_t total_bytes = 0;            // allocated since the start (freed or not)
+  int64_t total_blocks = 0;
+  std::vector<int64_t> live_at_marks;  // live bytes when each mark was made
+  bool growing = false;                // see is_growing()
+};
+
+// Live blocks of one site born before a mark and still alive after it and every later one.
+struct retained_summary {
+  size_t leak = 0;          // index into report::leaks (the site)
+  uint32_t born_after = 0;  // marks made before these blocks were born (0 = before the first mark)
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+};
+
+// Reserved but free memory, by the site whose blocks last held it (or that grew the segment).
+struct cached_summary {
+  uint32_t site = 0;
+  std::vector<std::string> tags;
+  std::vector<frame_info> frames;
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+  int64_t largest_free_block = 0;
+  int64_t inactive_split_bytes = 0;  // free bytes inside segments that are partly in use
+};
+
+struct device_summary {
+  int device = 0;
+  device_stats stats;
+  int64_t cached_bytes = 0;
+  int64_t largest_free_block = 0;
+};
+
+struct mark_summary {
+  std::string label;
+  uint64_t time_ns = 0;
+  int64_t live_bytes = 0;
+};
+
+struct report {
+  std::string reason;  // "demand" | "exit" | "oom"
+  uint64_t time_ns = 0;
+  std::string backend;
+  std::string capture;  // "off" | "native"
+  std::string unwinder;
+  int capture_depth = 0;
+  size_t sample_bytes = 0;  // 0: every allocation captured, figures exact
+  uint32_t sites = 0;       // call sites interned so far
+  uint64_t sites_dropped = 0;
+  std::vector<device_summary> devices;
+  std::vector<site_summary> leaks;  // bytes descending
+  std::vector<retained_summary> retained;
+  std::vector<cached_summary> cached;  // bytes descending
+  std::vector<mark_summary> marks;
+  // Set for reason "oom".
+  int oom_device = -1;
+  size_t oom_requested = 0;
+  std::string oom_message;
+};
+
+// "growing": the series of live bytes at the marks never falls, rises at least twice, and rises
+// into the last mark. One rise is what a lazily built buffer (optimizer state) looks like.
+bool is_growing(const std::vector<int64_t>& live_at_marks);
+
+status build_report(allocator& a, const char* reason, report* out);
+std::string to_json(const report& r);
+std::string to_text(const report& r, size_t top_sites = 10);
+// The few lines added to an out-of-memory message: largest free block, cached bytes, top sites.
+std::string oom_summary(const report& r, int device);
+
+// path "stderr" prints there; otherwise a temporary file next to `path` is written, flushed and
+// renamed over it (so a reader never sees half a report, and a symlink planted at `path` is
+// replaced, not followed). format: "json" | "text" | nullptr or "" (by extension: .json is JSON).
+status write_report_to(const report& r, const char* path, const char* format);
+status write_file_atomically(const std::string& path, const std::string& content);
+
+std::string human_bytes(int64_t bytes);
+
+}  // namespace tracepool::core

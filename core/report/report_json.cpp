@@ -1,0 +1,216 @@
+// report_json.cpp: the JSON rendering of a report; the schema is docs/report-schema.md.
+#include <cinttypes>
+#include <cstdio>
+
+#include "report/report.h"
+
+namespace tracepool::core {
+
+namespace {
+
+class json_out {
+ public:
+  std::string text;
+
+  void string(const std::string& s) {
+    text += '"';
+    for (unsigned char c : s) {
+      switch (c) {
+        case '"': text += "\\\""; break;
+        case '\\': text += "\\\\"; break;
+        case '\n': text += "\\n"; break;
+        case '\r': text += "\\r"; break;
+        case '\t': text += "\\t"; break;
+        default:
+          if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            text += buf;
+          } else {
+            text += static_cast<char>(c);
+          }
+      }
+    }
+    text += '"';
+  }
+  void number(int64_t n) { text += std::to_string(n); }
+  void unsigned_number(uint64_t n) { text += std::to_string(n); }
+  void key(const char* k) {
+    comma();
+    string(k);
+    text += ':';
+    first_ = true;  // the value that follows needs no comma
+  }
+  void open(char c) {
+    comma();
+    text += c;
+    first_ = true;
+  }
+  void close(char c) {
+    text += c;
+    first_ = false;
+  }
+  void comma() {
+    if (!first_) text += ',';
+    first_ = false;
+  }
+  void value(const std::string& s) { comma(), string(s); }
+  void value(int64_t n) { comma(), number(n); }
+  void value(bool b) { comma(), text += b ? "true" : "false"; }
+  void null() { comma(), text += "null"; }
+
+ private:
+  bool first_ = true;
+};
+
+void frames(json_out& j, const std::vector<frame_info>& frames) {
+  j.key("frames");
+  j.open('[');
+  for (const frame_info& f : frames) {
+    j.open('{');
+    j.key("kind"), j.value(std::string("native"));
+    char address[24];
+    std::snprintf(address, sizeof address, "0x%" PRIxPTR, f.address);
+    j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
+    j.key("file");
+    if (f.file.empty()) j.null();
+    else j.value(f.file);
+    j.key("line");
+    if (f.line <= 0) j.null();
+    else j.value(static_cast<int64_t>(f.line));
+    j.key("module");
+    if (f.module.empty()) j.null();
+    else j.value(f.module);
+    j.key("address"), j.value(std::string(address));
+    j.close('}');
+  }
+  j.close(']');
+}
+
+void tags(json_out& j, const std::vector<std::string>& labels) {
+  j.key("tags");
+  j.open('[');
+  for (const std::string& t : labels) j.value(t);
+  j.close(']');
+}
+
+}  // namespace
+
+std::string to_json(const report& r) {
+  json_out j;
+  j.open('{');
+  j.key("schema"), j.value(std::string(report_schema));
+  j.key("reason"), j.value(r.reason);
+  j.key("time_ns"), j.value(static_cast<int64_t>(r.time_ns));
+  j.key("backend"), j.value(r.backend);
+  j.key("capture");
+  j.open('{');
+  j.key("mode"), j.value(r.capture);
+  j.key("unwinder"), j.value(r.unwinder);
+  j.key("depth"), j.value(static_cast<int64_t>(r.capture_depth));
+  j.key("sample_bytes"), j.value(static_cast<int64_t>(r.sample_bytes));
+  j.key("estimated"), j.value(r.sample_bytes != 0);
+  j.key("sites"), j.value(static_cast<int64_t>(r.sites));
+  j.key("sites_dropped"), j.value(static_cast<int64_t>(r.sites_dropped));
+  j.close('}');
+
+  j.key("stats");
+  j.open('{');
+  for (const device_summary& d : r.devices) {
+    j.key(std::to_string(d.device).c_str());
+    j.open('{');
+    for (const auto& [name, value] : memory_stat_items(d.stats)) j.key(name.c_str()), j.value(value);
+    j.close('}');
+  }
+  j.close('}');
+  j.key("devices");
+  j.open('[');
+  for (const device_summary& d : r.devices) {
+    j.open('{');
+    j.key("device"), j.value(static_cast<int64_t>(d.device));
+    j.key("cached_bytes"), j.value(d.cached_bytes);
+    j.key("largest_free_block"), j.value(d.largest_free_block);
+    j.close('}');
+  }
+  j.close(']');
+
+  j.key("leaks");
+  j.open('[');
+  for (const site_summary& s : r.leaks) {
+    j.open('{');
+    j.key("site"), j.value(static_cast<int64_t>(s.site));
+    j.key("bytes"), j.value(s.bytes);
+    j.key("blocks"), j.value(s.blocks);
+    j.key("block_bytes"), j.value(s.block_bytes);
+    j.key("peak_bytes"), j.value(s.peak_bytes);
+    j.key("total_bytes"), j.value(s.total_bytes);
+    j.key("total_blocks"), j.value(s.total_blocks);
+    tags(j, s.tags);
+    j.key("live_at_marks");
+    j.open('[');
+    for (int64_t v : s.live_at_marks) j.value(v);
+    j.close(']');
+    j.key("growing"), j.value(s.growing);
+    frames(j, s.frames);
+    j.close('}');
+  }
+  j.close(']');
+
+  j.key("retained");
+  j.open('[');
+  for (const retained_summary& t : r.retained) {
+    const site_summary& s = r.leaks[t.leak];
+    j.open('{');
+    j.key("site"), j.value(static_cast<int64_t>(s.site));
+    j.key("bytes"), j.value(t.bytes);
+    j.key("blocks"), j.value(t.blocks);
+    j.key("born_after_mark");
+    if (t.born_after == 0) j.null();
+    else j.value(r.marks[t.born_after - 1].label);
+    j.key("marks_survived"), j.value(static_cast<int64_t>(r.marks.size() - t.born_after));
+    tags(j, s.tags);
+    frames(j, s.frames);
+    j.close('}');
+  }
+  j.close(']');
+
+  j.key("cached");
+  j.open('[');
+  for (const cached_summary& c : r.cached) {
+    j.open('{');
+    j.key("site"), j.value(static_cast<int64_t>(c.site));
+    j.key("bytes"), j.value(c.bytes);
+    j.key("blocks"), j.value(c.blocks);
+    j.key("largest_free_block"), j.value(c.largest_free_block);
+    j.key("inactive_split_bytes"), j.value(c.inactive_split_bytes);
+    tags(j, c.tags);
+    frames(j, c.frames);
+    j.close('}');
+  }
+  j.close(']');
+
+  j.key("marks");
+  j.open('[');
+  for (const mark_summary& m : r.marks) {
+    j.open('{');
+    j.key("label"), j.value(m.label);
+    j.key("time_ns"), j.value(static_cast<int64_t>(m.time_ns));
+    j.key("live_bytes"), j.value(m.live_bytes);
+    j.close('}');
+  }
+  j.close(']');
+
+  if (r.reason == "oom") {
+    j.key("oom");
+    j.open('{');
+    j.key("device"), j.value(static_cast<int64_t>(r.oom_device));
+    j.key("requested_bytes"), j.value(static_cast<int64_t>(r.oom_requested));
+    j.key("message"), j.value(r.oom_message);
+    j.close('}');
+  }
+  j.close('}');
+  j.text += '\n';
+  return j.text;
+}
+
+}  // namespace tracepool::core

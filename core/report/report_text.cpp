@@ -1,0 +1,160 @@
+// report_text.cpp: the text rendering of a report: the top sites by bytes, each with the few
+// frames that say where it is.
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+
+#include "report/report.h"
+
+namespace tracepool::core {
+
+namespace {
+
+constexpr size_t frames_shown = 4;
+
+std::string printf_string(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string printf_string(const char* fmt, ...) {
+  char buf[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return buf;
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string frame_line(const frame_info& f) {
+  std::string fn = f.function.empty() ? printf_string("0x%" PRIxPTR, f.address) : f.function;
+  if (fn.size() > 100) fn = fn.substr(0, 97) + "...";
+  if (!f.file.empty() && f.line > 0) return printf_string("at %s (%s:%d)", fn.c_str(), f.file.c_str(), f.line);
+  if (!f.module.empty()) return printf_string("at %s (in %s)", fn.c_str(), base_name(f.module).c_str());
+  return "at " + fn;
+}
+
+void frames(std::string& out, const std::vector<frame_info>& fs) {
+  if (fs.empty()) {
+    out += "       (no call site: capture was off or the site table was full)\n";
+    return;
+  }
+  for (size_t i = 0; i < fs.size() && i < frames_shown; ++i) out += "       " + frame_line(fs[i]) + "\n";
+  if (fs.size() > frames_shown) out += printf_string("       ... %zu more frames\n", fs.size() - frames_shown);
+}
+
+std::string tag_list(const std::vector<std::string>& tags) {
+  if (tags.empty()) return "";
+  std::string s = " [";
+  for (size_t i = 0; i < tags.size(); ++i) s += (i ? " > " : "") + tags[i];
+  return s + "]";
+}
+
+std::string blocks_word(int64_t n) { return n == 1 ? "1 block" : std::to_string(n) + " blocks"; }
+
+}  // namespace
+
+std::string human_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  const int64_t m = bytes < 0 ? -bytes : bytes;
+  if (m >= (int64_t{1} << 30)) return printf_string("%.2f GiB", b / (1 << 30));
+  if (m >= (int64_t{1} << 20)) return printf_string("%.2f MiB", b / (1 << 20));
+  if (m >= (int64_t{1} << 10)) return printf_string("%.2f KiB", b / (1 << 10));
+  return printf_string("%" PRId64 " B", bytes);
+}
+
+std::string to_text(const report& r, size_t top) {
+  std::string out;
+  const bool estimated = r.sample_bytes != 0;
+  out += printf_string("== tracepool report (%s): %s backend", r.reason.c_str(), r.backend.c_str());
+  if (r.capture == "off") out += ", call-site capture off\n";
+  else out += printf_string(", %s stacks of up to %d frames", r.unwinder.c_str(), r.capture_depth);
+  if (r.capture != "off")
+    out += estimated ? printf_string(", sampled every %s on average: site figures are estimates\n",
+                                     human_bytes(static_cast<int64_t>(r.sample_bytes)).c_str())
+                     : ", every allocation\n";
+  if (r.reason == "oom") out += "Out of memory: " + r.oom_message + "\n";
+  for (const device_summary& d : r.devices) {
+    const auto& t = d.stats.table;
+    out += printf_string(
+        "device %d: %s allocated in %s (peak %s); %s reserved; %s cached (reserved but free), largest free block %s\n",
+        d.device, human_bytes(t.at(stat_kind::allocated_bytes, all_pools).current).c_str(),
+        blocks_word(t.at(stat_kind::allocation, all_pools).current).c_str(),
+        human_bytes(t.at(stat_kind::allocated_bytes, all_pools).peak).c_str(),
+        human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(d.cached_bytes).c_str(),
+        human_bytes(d.largest_free_block).c_str());
+  }
+
+  const char* held = r.reason == "exit" ? "Leaked: memory still allocated at exit" : "Live: memory allocated now";
+  out += printf_string("\n%s, by call site, largest first%s:\n", held, estimated ? " (estimated)" : "");
+  if (r.leaks.empty()) out += "  none\n";
+  int64_t rest_bytes = 0;
+  for (size_t i = 0; i < r.leaks.size(); ++i) {
+    const site_summary& s = r.leaks[i];
+    if (i >= top) {
+      rest_bytes += s.bytes;
+      continue;
+    }
+    out += printf_string("  #%zu %s in %s%s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str(),
+                         tag_list(s.tags).c_str());
+    if (s.growing) {
+      out += "  GROWING across marks:";
+      for (int64_t v : s.live_at_marks) out += " " + human_bytes(v);
+    }
+    out += printf_string("  (peak %s, %s allocated in all)\n", human_bytes(s.peak_bytes).c_str(),
+                         human_bytes(s.total_bytes).c_str());
+    frames(out, s.frames);
+  }
+  if (r.leaks.size() > top)
+    out += printf_string("  ... %zu more sites holding %s\n", r.leaks.size() - top, human_bytes(rest_bytes).c_str());
+
+  if (!r.marks.empty()) {
+    out += "\nRetained: live blocks born before a mark and still alive after it:\n";
+    if (r.retained.empty()) out += "  none\n";
+    for (size_t i = 0; i < r.retained.size() && i < top; ++i) {
+      const retained_summary& t = r.retained[i];
+      const site_summary& s = r.leaks[t.leak];
+      const std::string born =
+          t.born_after == 0 ? "before the first mark" : "after mark '" + r.marks[t.born_after - 1].label + "'";
+      out += printf_string("  %s in %s born %s, alive through %zu mark(s)%s\n", human_bytes(t.bytes).c_str(),
+                           blocks_word(t.blocks).c_str(), born.c_str(), r.marks.size() - t.born_after,
+                           tag_list(s.tags).c_str());
+      if (!s.frames.empty()) out += "       " + frame_line(s.frames[0]) + "\n";
+    }
+    out += "\nMarks:\n";
+    for (const mark_summary& m : r.marks)
+      out += printf_string("  %-24s %s live\n", m.label.c_str(), human_bytes(m.live_bytes).c_str());
+  }
+
+  out += "\nCached: reserved but free (a caching allocator keeps it for reuse; empty_cache returns it), by the site "
+         "that last used it:\n";
+  if (r.cached.empty()) out += "  none\n";
+  for (size_t i = 0; i < r.cached.size() && i < top; ++i) {
+    const cached_summary& c = r.cached[i];
+    out += printf_string("  #%zu %s in %s free, largest %s, %s of it inside partly used segments%s\n", i + 1,
+                         human_bytes(c.bytes).c_str(), blocks_word(c.blocks).c_str(),
+                         human_bytes(c.largest_free_block).c_str(), human_bytes(c.inactive_split_bytes).c_str(),
+                         tag_list(c.tags).c_str());
+    frames(out, c.frames);
+  }
+  return out;
+}
+
+std::string oom_summary(const report& r, int device) {
+  std::string out;
+  for (const device_summary& d : r.devices)
+    if (d.device == device)
+      out += printf_string("Largest free block on device %d: %s; cached (reserved but free): %s.", device,
+                           human_bytes(d.largest_free_block).c_str(), human_bytes(d.cached_bytes).c_str());
+  out += " Top call sites holding memory:";
+  if (r.leaks.empty()) out += " none";
+  for (size_t i = 0; i < r.leaks.size() && i < 3; ++i) {
+    const site_summary& s = r.leaks[i];
+    out += printf_string("\n  %s in %s ", human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str());
+    out += s.frames.empty() ? std::string("(no call site recorded)") : frame_line(s.frames[0]);
+  }
+  return out;
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,119 @@
+#include "call_site_table.h"
+
+#include <cstring>
+#include <new>
+
+namespace tracepool::core {
+
+uint64_t hash_stack(const uintptr_t* frames, uint32_t depth, uint32_t tags) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t{tags} << 32) ^ depth;
+  for (uint32_t i = 0; i < depth; ++i) {
+    h ^= frames[i];
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+  }
+  return h == 0 ? 1 : h;
+}
+
+call_site_table::call_site_table() = default;
+
+call_site_table::~call_site_table() {
+  for (auto& c : chunks_) delete[] c.load(std::memory_order_relaxed);
+}
+
+bool call_site_table::ready(uint32_t id) {
+  if (id == 0 || id >= end()) return false;
+  site_record* chunk = chunks_[id >> chunk_bits].load(std::memory_order_acquire);
+  return chunk != nullptr && chunk[id & chunk_mask].ready.load(std::memory_order_acquire);
+}
+
+uint32_t call_site_table::find(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags) {
+  if (sh.slots.empty()) return 0;
+  const size_t mask = sh.slots.size() - 1;
+  for (size_t i = (hash >> 6) & mask;; i = (i + 1) & mask) {
+    const uint32_t id = sh.slots[i];
+    if (id == 0) return 0;
+    const site_record& r = at(id);
+    if (r.hash == hash && r.depth == depth && r.tags == tags &&
+        std::memcmp(r.frames.get(), frames, depth * sizeof(uintptr_t)) == 0)
+      return id;
+  }
+}
+
+site_record* call_site_table::slot_for(uint32_t id) {
+  std::atomic<site_record*>& chunk = chunks_[id >> chunk_bits];
+  site_record* c = chunk.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    std::lock_guard<std::mutex> lock(chunk_mutex_);
+    c = chunk.load(std::memory_order_relaxed);
+    if (c == nullptr) {
+      c = new site_record[size_t{1} << chunk_bits];
+      chunk.store(c, std::memory_order_release);
+    }
+  }
+  return &c[id & chunk_mask];
+}
+
+// Under sh.mutex.
+uint32_t call_site_table::add(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags) {
+  if ((sh.used + 1) * 2 > sh.slots.size()) {  // keep the load under one half
+    std::vector<uint32_t> bigger(sh.slots.empty() ? 64 : sh.slots.size() * 2, 0);
+    const size_t mask = bigger.size() - 1;
+    for (uint32_t id : sh.slots) {
+      if (id == 0) continue;
+      size_t i = (at(id).hash >> 6) & mask;
+      while (bigger[i] != 0) i = (i + 1) & mask;
+      bigger[i] = id;
+    }
+    sh.slots.swap(bigger);
+  }
+  uint32_t id = next_id_.load(std::memory_order_relaxed);
+  do {
+    if (id >= max_sites) return 0;
+  } while (!next_id_.compare_exchange_weak(id, id + 1, std::memory_order_acq_rel));
+  site_record* r = slot_for(id);
+  r->hash = hash;
+  r->tags = tags;
+  r->depth = depth;
+  r->frames.reset(new uintptr_t[depth == 0 ? 1 : depth]);
+  std::memcpy(r->frames.get(), frames, depth * sizeof(uintptr_t));
+  r->ready.store(true, std::memory_order_release);
+  const size_t mask = sh.slots.size() - 1;
+  size_t i = (hash >> 6) & mask;
+  while (sh.slots[i] != 0) i = (i + 1) & mask;
+  sh.slots[i] = id;
+  ++sh.used;
+  return id;
+}
+
+uint32_t call_site_table::intern(const uintptr_t* frames, uint32_t depth, uint32_t tags) {
+  const uint64_t hash = hash_stack(frames, depth, tags);
+  shard& sh = shards_[hash % shard_count];
+  std::lock_guard<std::mutex> lock(sh.mutex);
+  if (uint32_t id = find(sh, hash, frames, depth, tags); id != 0) return id;
+  try {
+    if (uint32_t id = add(sh, hash, frames, depth, tags); id != 0) return id;
+  } catch (const std::bad_alloc&) {
+  }
+  dropped_.fetch_add(1, std::memory_order_relaxed);  // attributed to "unknown" instead
+  return 0;
+}
+
+void call_site_table::on_alloc(uint32_t id, int64_t bytes, int64_t blocks) {
+  site_record& r = at(id);
+  const int64_t live = r.live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  r.live_blocks.fetch_add(blocks, std::memory_order_relaxed);
+  r.total_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  r.total_blocks.fetch_add(blocks, std::memory_order_relaxed);
+  int64_t peak = r.peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak && !r.peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+void call_site_table::on_free(uint32_t id, int64_t bytes, int64_t blocks) {
+  site_record& r = at(id);
+  r.live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  r.live_blocks.fetch_sub(blocks, std::memory_order_relaxed);
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,84 @@
+// call_site_table.h: call stacks interned to small ids (notes/stacks.md §7.1-4), with what each
+// site holds. A block stores only its site id; frames, tags and counters live here.
+//
+// Invariants:
+//   - id 0 is "unknown" (capture off, not sampled, or the table full) and has no record;
+//   - a record never moves or changes its key once `ready` is set, so reports read it without locks;
+//   - the counters are in weighted units (see sampler.h): bytes are estimated bytes, blocks are
+//     estimated blocks times block_unit. With sampling off every weight is 1 and they are exact.
+//
+// Locking: one mutex per shard (chosen by hash) guards that shard's index; interning a stack seen
+// before costs a hash, one uncontended lock and a compare. Counters are relaxed atomics.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace tracepool::core {
+
+inline constexpr int64_t block_unit = 1 << 16;  // fixed point for estimated block counts
+
+struct site_record {
+  uint64_t hash = 0;
+  uint32_t tags = 0;   // tag set (tags.h)
+  uint32_t depth = 0;  // frames, innermost first
+  std::unique_ptr<uintptr_t[]> frames;
+  std::atomic<bool> ready{false};
+
+  std::atomic<int64_t> live_bytes{0};
+  std::atomic<int64_t> live_blocks{0};   // x block_unit
+  std::atomic<int64_t> peak_bytes{0};
+  std::atomic<int64_t> total_bytes{0};   // allocated since creation
+  std::atomic<int64_t> total_blocks{0};  // x block_unit
+};
+
+class call_site_table {
+ public:
+  call_site_table();
+  ~call_site_table();
+  call_site_table(const call_site_table&) = delete;
+  call_site_table& operator=(const call_site_table&) = delete;
+
+  // The id of (frames, tags), interned on first sight; 0 if the table is full or memory ran out.
+  uint32_t intern(const uintptr_t* frames, uint32_t depth, uint32_t tags);
+  // pre: 0 < id < end() and the id came from intern() (or ready() is true).
+  site_record& at(uint32_t id) { return chunks_[id >> chunk_bits].load(std::memory_order_acquire)[id & chunk_mask]; }
+  // One past the largest id handed out; records below it may still be filling (check ready()).
+  uint32_t end() const { return next_id_.load(std::memory_order_acquire); }
+  bool ready(uint32_t id);
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+  void on_alloc(uint32_t id, int64_t bytes, int64_t blocks);
+  void on_free(uint32_t id, int64_t bytes, int64_t blocks);
+
+  static constexpr uint32_t max_sites = 1u << 22;
+
+ private:
+  static constexpr uint32_t chunk_bits = 12, chunk_mask = (1u << chunk_bits) - 1;
+  static constexpr uint32_t chunk_count = max_sites >> chunk_bits;
+  static constexpr size_t shard_count = 64;
+
+  struct shard {
+    std::mutex mutex;
+    std::vector<uint32_t> slots;  // open addressing; 0 = empty
+    size_t used = 0;
+  };
+
+  uint32_t find(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags);
+  uint32_t add(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags);
+  site_record* slot_for(uint32_t id);
+
+  shard shards_[shard_count];
+  std::atomic<site_record*> chunks_[chunk_count] = {};
+  std::mutex chunk_mutex_;
+  std::atomic<uint32_t> next_id_{1};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+uint64_t hash_stack(const uintptr_t* frames, uint32_t depth, uint32_t tags);
+
+}  // namespace tracepool::core

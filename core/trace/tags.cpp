@@ -1,0 +1,84 @@
+#include "tags.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace tracepool::core {
+
+namespace {
+
+struct tag_node {
+  uint32_t parent;
+  uint32_t label;
+  int depth;
+};
+
+struct tag_registry {
+  std::mutex mutex;
+  std::vector<std::string> labels;
+  std::map<std::string, uint32_t> label_ids;
+  std::vector<tag_node> nodes{tag_node{0, 0, 0}};  // node 0: no tag
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> node_ids;
+};
+
+// Leaked on purpose: tags are read by the report written at exit, after static destructors may run.
+tag_registry& registry() {
+  static tag_registry* r = new tag_registry();
+  return *r;
+}
+
+thread_local uint32_t tls_tags = 0;
+
+}  // namespace
+
+uint32_t current_tags() { return tls_tags; }
+
+status check_label(const char* what, const char* label) {
+  if (label == nullptr) return fail(status::invalid_argument, "%s: label is NULL", what);
+  const size_t n = strnlen(label, max_label_bytes + 1);
+  if (n == 0) return fail(status::invalid_argument, "%s: label is empty", what);
+  if (n > max_label_bytes) return fail(status::invalid_argument, "%s: label is longer than %zu bytes", what, max_label_bytes);
+  for (size_t i = 0; i < n; ++i)
+    if (static_cast<unsigned char>(label[i]) < 0x20)
+      return fail(status::invalid_argument, "%s: label contains a control character", what);
+  return status::ok;
+}
+
+status push_tag(const char* label) {
+  if (status s = check_label("tag_push", label); s != status::ok) return s;
+  tag_registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const int depth = r.nodes[tls_tags].depth;
+  if (depth >= max_tag_depth)
+    return fail(status::invalid_argument, "tag_push('%s'): %d tags are already pushed on this thread", label, max_tag_depth);
+  auto [lit, new_label] = r.label_ids.emplace(label, static_cast<uint32_t>(r.labels.size()));
+  if (new_label) r.labels.emplace_back(label);
+  const std::pair<uint32_t, uint32_t> key{tls_tags, lit->second};
+  auto nit = r.node_ids.find(key);
+  if (nit == r.node_ids.end()) {
+    r.nodes.push_back(tag_node{tls_tags, lit->second, depth + 1});
+    nit = r.node_ids.emplace(key, static_cast<uint32_t>(r.nodes.size() - 1)).first;
+  }
+  tls_tags = nit->second;
+  return status::ok;
+}
+
+status pop_tag() {
+  if (tls_tags == 0) return fail(status::invalid_argument, "tag_pop: no tag is pushed on this thread");
+  tag_registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  tls_tags = r.nodes[tls_tags].parent;
+  return status::ok;
+}
+
+std::vector<std::string> tag_labels(uint32_t tags) {
+  tag_registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> out;
+  for (uint32_t t = tags; t != 0 && t < r.nodes.size(); t = r.nodes[t].parent) out.push_back(r.labels[r.nodes[t].label]);
+  return {out.rbegin(), out.rend()};
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,71 @@
+// tracer.h: what the allocator records about who asks for memory: the call site of each request
+// (stack capture + interning, or a sample of them), its tags, and marks in time.
+//
+// Capture before lock: capture() runs before the allocator takes any lock and calls nothing that
+// could re-enter tracepool. on_alloc/on_free run after the allocator's locks are released.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "block_tag.h"
+#include "call_site_table.h"
+#include "config.h"
+#include "sampler.h"
+#include "unwinder.h"
+
+namespace tracepool::core {
+
+struct mark_record {
+  std::string label;
+  uint64_t time_ns = 0;                                // CLOCK_REALTIME
+  int64_t live_bytes = 0;                              // requested bytes live on all devices (exact)
+  std::vector<std::pair<uint32_t, int64_t>> site_live;  // estimated live bytes per site, sites with any
+};
+
+inline constexpr size_t max_marks = 4096;
+
+class tracer {
+ public:
+  static status create(const config& cfg, std::unique_ptr<tracer>* out);
+
+  block_tag capture(size_t size);
+  void on_alloc(uint32_t site, size_t requested);
+  void on_free(uint32_t site, size_t requested);
+  // Estimated bytes and blocks (x block_unit) one block of `requested` bytes stands for.
+  int64_t weighted_bytes(size_t requested) const;
+  int64_t weighted_blocks(size_t requested) const;
+  double weight(size_t requested) const { return sampler_.weight(requested); }
+
+  status mark(const char* label, int64_t live_bytes);
+  std::vector<mark_record> marks();
+  uint32_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+
+  call_site_table& sites() { return sites_; }
+  capture_mode mode() const { return mode_; }
+  int depth() const { return depth_; }
+  const unwinder& stack_unwinder() const { return unwinder_; }
+  size_t sample_bytes() const { return sampler_.mean_bytes(); }
+
+ private:
+  tracer(const config& cfg, const unwinder& u);
+  size_t strip_own_frames(const uintptr_t* frames, size_t n) const;
+
+  const capture_mode mode_;
+  const int depth_;
+  const code_range own_;
+  unwinder unwinder_;
+  sampler sampler_;
+  call_site_table sites_;
+
+  std::atomic<uint32_t> epoch_{0};
+  std::mutex marks_mutex_;
+  std::vector<mark_record> marks_;
+};
+
+}  // namespace tracepool::core
