@@ -58,6 +58,20 @@ class site_describer {
   std::unordered_map<uintptr_t, frame_info> addresses_;
 };
 
+// What a reader tells call sites apart by: tags, then each frame's function, file, line and module
+// (the address where nothing is known).
+std::string site_key(const std::vector<std::string>& tags, const std::vector<frame_info>& frames) {
+  std::string key;
+  for (const std::string& t : tags) key += t + '\x1f';
+  key += '\x1e';
+  for (const frame_info& f : frames) {
+    if (f.function.empty() && f.file.empty()) key += std::to_string(f.address);
+    else key += f.function + '\x1f' + f.file + '\x1f' + std::to_string(f.line) + '\x1f' + f.module;
+    key += '\x1e';
+  }
+  return key;
+}
+
 }  // namespace
 
 bool is_growing(const std::vector<int64_t>& v) {
@@ -121,54 +135,100 @@ status build_report(allocator& a, const char* reason, report* out) {
     r.devices.push_back(std::move(ds));
   }
 
-  // 2. One summary per site: what it holds now, its counters, its live bytes at each mark.
+  // 2. Names, files and lines, only now, each address once.
   site_describer describer(sites);
-  for (auto& [site, l] : live) {
+  for (const auto& [site, l] : live) describer.want(site);
+  for (const auto& [site, c] : cached) describer.want(site);
+  describer.resolve();
+
+  // 3. One summary per call site as a user reads it: stacks that differ only in return addresses
+  // yet name the same lines (an unrolled loop calls from several addresses) are merged.
+  struct leak_group {
+    site_summary summary;
+    std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;
+    int64_t blocks_fixed = 0;
+    double block_bytes = 0;
+  };
+  std::vector<leak_group> groups;
+  std::unordered_map<std::string, size_t> group_of;
+  std::vector<uint32_t> live_sites;
+  for (const auto& [site, l] : live) live_sites.push_back(site);
+  std::sort(live_sites.begin(), live_sites.end());  // merged entries take the smallest site id
+  for (uint32_t site : live_sites) {
+    const live_tally& l = live[site];
     site_summary s;
-    s.site = site;
-    s.bytes = l.bytes;
-    s.blocks = whole_blocks(l.blocks);
-    s.block_bytes = std::llround(l.block_bytes);
+    describer.describe(site, &s.tags, &s.frames);
+    auto [it, is_new] = group_of.emplace(site_key(s.tags, s.frames), groups.size());
+    if (is_new) {
+      groups.emplace_back();
+      groups.back().summary = std::move(s);
+      groups.back().summary.site = site;
+      groups.back().summary.live_at_marks.assign(marks.size(), 0);
+    }
+    leak_group& g = groups[it->second];
+    g.summary.bytes += l.bytes;
+    g.blocks_fixed += l.blocks;
+    g.block_bytes += l.block_bytes;
+    for (const auto& [birth, tally] : l.by_birth) {
+      g.by_birth[birth].first += tally.first;
+      g.by_birth[birth].second += tally.second;
+    }
     if (sites.ready(site)) {
       const site_record& rec = sites.at(site);
-      s.peak_bytes = rec.peak_bytes.load(std::memory_order_relaxed);
-      s.total_bytes = rec.total_bytes.load(std::memory_order_relaxed);
-      s.total_blocks = whole_blocks(rec.total_blocks.load(std::memory_order_relaxed));
+      g.summary.peak_bytes += rec.peak_bytes.load(std::memory_order_relaxed);
+      g.summary.total_bytes += rec.total_bytes.load(std::memory_order_relaxed);
+      g.summary.total_blocks += rec.total_blocks.load(std::memory_order_relaxed);  // x block_unit until the end
     }
-    for (const mark_record& m : marks) {
-      auto it = std::lower_bound(m.site_live.begin(), m.site_live.end(), std::make_pair(site, INT64_MIN));
-      s.live_at_marks.push_back(it != m.site_live.end() && it->first == site ? it->second : 0);
+    for (size_t m = 0; m < marks.size(); ++m) {
+      const auto& at_mark = marks[m].site_live;
+      auto found = std::lower_bound(at_mark.begin(), at_mark.end(), std::make_pair(site, INT64_MIN));
+      if (found != at_mark.end() && found->first == site) g.summary.live_at_marks[m] += found->second;
     }
-    s.growing = is_growing(s.live_at_marks);
-    describer.want(site);
-    r.leaks.push_back(std::move(s));
   }
   auto by_bytes = [](const auto& x, const auto& y) {
     if (x.bytes != y.bytes) return x.bytes > y.bytes;
     if (x.blocks != y.blocks) return x.blocks > y.blocks;
     return x.site < y.site;
   };
-  std::sort(r.leaks.begin(), r.leaks.end(), by_bytes);
+  for (leak_group& g : groups) {
+    g.summary.blocks = whole_blocks(g.blocks_fixed);
+    g.summary.block_bytes = std::llround(g.block_bytes);
+    g.summary.total_blocks = whole_blocks(g.summary.total_blocks);
+    g.summary.growing = is_growing(g.summary.live_at_marks);
+  }
+  std::sort(groups.begin(), groups.end(), [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
 
-  // 3. Retained: live blocks that outlived at least one mark, by site and the epoch of their birth.
-  for (size_t i = 0; i < r.leaks.size(); ++i)
-    for (const auto& [birth, tally] : live[r.leaks[i].site].by_birth)
+  // 4. Retained: live blocks that outlived at least one mark, by site and the epoch of their birth.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (const auto& [birth, tally] : groups[i].by_birth)
       if (birth < marks.size()) r.retained.push_back(retained_summary{i, birth, tally.first, whole_blocks(tally.second)});
+    r.leaks.push_back(std::move(groups[i].summary));
+  }
   std::sort(r.retained.begin(), r.retained.end(), [](const retained_summary& x, const retained_summary& y) {
     if (x.bytes != y.bytes) return x.bytes > y.bytes;
     return x.leak != y.leak ? x.leak < y.leak : x.born_after < y.born_after;
   });
 
-  for (auto& [site, c] : cached) {
-    describer.want(site);
-    r.cached.push_back(std::move(c));
+  // 5. Cached memory, merged the same way.
+  std::vector<uint32_t> cached_sites;
+  for (const auto& [site, c] : cached) cached_sites.push_back(site);
+  std::sort(cached_sites.begin(), cached_sites.end());
+  group_of.clear();
+  for (uint32_t site : cached_sites) {
+    cached_summary& c = cached[site];
+    describer.describe(site, &c.tags, &c.frames);
+    auto [it, is_new] = group_of.emplace(site_key(c.tags, c.frames), r.cached.size());
+    if (is_new) {
+      r.cached.push_back(std::move(c));
+      continue;
+    }
+    cached_summary& into = r.cached[it->second];
+    into.bytes += c.bytes;
+    into.blocks += c.blocks;
+    into.largest_free_block = std::max(into.largest_free_block, c.largest_free_block);
+    into.inactive_split_bytes += c.inactive_split_bytes;
   }
   std::sort(r.cached.begin(), r.cached.end(), by_bytes);
-
-  // 4. Names, files and lines, only now.
-  describer.resolve();
-  for (site_summary& s : r.leaks) describer.describe(s.site, &s.tags, &s.frames);
-  for (cached_summary& c : r.cached) describer.describe(c.site, &c.tags, &c.frames);
   *out = std::move(r);
   return status::ok;
 }

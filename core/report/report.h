@@ -26,7 +26,7 @@ struct site_summary {
   int64_t bytes = 0;                  // live requested bytes
   int64_t blocks = 0;
   int64_t block_bytes = 0;            // live bytes at the rounded sizes the device holds
-  int64_t peak_bytes = 0;             // highest live bytes of this site
+  int64_t peak_bytes = 0;             // highest live bytes (summed over merged stacks: an upper bound)
   int64_t total_bytes = 0;            // allocated since the start (freed or not)
   int64_t total_blocks = 0;
   std::vector<int64_t> live_at_marks;  // live bytes when each mark was made

@@ -1,0 +1,73 @@
+// report_support.h: reports written through the C API and read back as JSON, for the attribution tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tracepool/tracepool.h"
+
+namespace tracepool::testing {
+
+using json = nlohmann::json;
+
+// A fresh directory under the test temp dir, named after the running test.
+inline std::string scratch_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+  for (char& c : name)
+    if (c == '/') c = '_';
+  const std::string dir = ::testing::TempDir() + "tracepool_" + name + "_" + std::to_string(getpid());
+  const std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return dir;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline json parse_report(const std::string& path) {
+  const std::string text = read_file(path);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << text.substr(0, 400);
+  return j;
+}
+
+inline json report_of(tracepool_t* tp) {
+  const std::string path = scratch_dir() + "/report.json";
+  EXPECT_EQ(tracepool_write_report(tp, path.c_str(), "json"), TRACEPOOL_OK) << tracepool_last_error();
+  return parse_report(path);
+}
+
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The entry of `section` ("leaks", "cached") whose innermost frame is `function` (and has `tags`).
+inline json entry_for(const json& report, const char* section, const std::string& function,
+                      const json& tags = json::array()) {
+  for (const json& e : report[section]) {
+    if (e["frames"].empty() || e["tags"] != tags) continue;
+    if (e["frames"][0]["function"].get<std::string>().find(function) != std::string::npos) return e;
+  }
+  return json();
+}
+
+inline bool mentions(const json& entries, const std::string& function) {
+  for (const json& e : entries)
+    for (const json& f : e["frames"])
+      if (f["function"].get<std::string>().find(function) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace tracepool::testing

@@ -1,0 +1,224 @@
+// Reports: written at exit by a separate process, atomically and never through a planted symlink;
+// the out-of-memory report; sampling estimates within their statistical bounds.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "report_support.h"
+#include "tracepool/tracepool.h"
+
+extern char** environ;
+
+namespace {
+
+using tracepool::testing::json;
+using tracepool::testing::parse_report;
+using tracepool::testing::read_file;
+using tracepool::testing::report_of;
+using tracepool::testing::scratch_dir;
+
+// Runs the exit-report child with TRACEPOOL_REPORT=report; returns its exit status, stderr in *err.
+int run_child(const std::string& report, std::string* err) {
+  const std::string dir = scratch_dir();
+  const std::string err_path = dir + "/child.stderr";
+  std::vector<std::string> env = {"TRACEPOOL_CONF=backend:host", "TRACEPOOL_REPORT=" + report};
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  char* argv[] = {const_cast<char*>(TRACEPOOL_EXIT_CHILD), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, TRACEPOOL_EXIT_CHILD, &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  *err = read_file(err_path);
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+}
+
+TEST(ExitReport, JsonIsWrittenByTheExitingProcess) {
+  const std::string path = scratch_dir() + "/exit.json";
+  std::string err;
+  ASSERT_EQ(run_child(path, &err), 0) << err;
+  const json r = parse_report(path);
+  EXPECT_EQ(r["reason"], "exit");
+  ASSERT_EQ(r["leaks"].size(), 1u) << r.dump(1);
+  EXPECT_EQ(r["leaks"][0]["bytes"], 7 * 12345);
+  EXPECT_EQ(r["leaks"][0]["blocks"], 7);
+  EXPECT_NE(r["leaks"][0]["frames"][0]["function"].get<std::string>().find("child_leak"), std::string::npos);
+  EXPECT_TRUE(tracepool::testing::ends_with(r["leaks"][0]["frames"][0]["file"], "exit_report_child.c"));
+  EXPECT_EQ(r["marks"][0]["label"], "before exit");
+  EXPECT_EQ(r["leaks"][0]["live_at_marks"], json({7 * 12345}));
+}
+
+TEST(ExitReport, TextGoesToAFileOrToStderr) {
+  const std::string path = scratch_dir() + "/exit.txt";
+  std::string err;
+  ASSERT_EQ(run_child(path, &err), 0) << err;
+  const std::string text = read_file(path);
+  EXPECT_NE(text.find("Leaked: memory still allocated at exit"), std::string::npos) << text;
+  EXPECT_NE(text.find("child_leak"), std::string::npos) << text;
+  ASSERT_EQ(run_child("stderr", &err), 0) << err;
+  EXPECT_NE(err.find("tracepool report (exit)"), std::string::npos) << err;
+  EXPECT_NE(err.find("child_leak"), std::string::npos) << err;
+}
+
+TEST(ExitReport, AnUnwritablePathIsReportedNotFatal) {
+  std::string err;
+  EXPECT_EQ(run_child("/nonexistent-dir/x/report.json", &err), 0) << err;
+  EXPECT_NE(err.find("TRACEPOOL_REPORT=/nonexistent-dir/x/report.json"), std::string::npos) << err;
+}
+
+struct ReportFile : ::testing::Test {
+  tracepool_t* tp = nullptr;
+  std::string dir;
+  void SetUp() override {
+    ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK);
+    dir = scratch_dir();
+  }
+  void TearDown() override { tracepool_destroy(tp); }
+};
+
+TEST_F(ReportFile, ASymlinkAtThePathIsReplacedNotFollowed) {
+  const std::string victim = dir + "/victim", path = dir + "/report.json";
+  {
+    FILE* f = std::fopen(victim.c_str(), "w");
+    std::fputs("keep me", f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
+  ASSERT_EQ(tracepool_write_report(tp, path.c_str(), nullptr), TRACEPOOL_OK) << tracepool_last_error();
+  struct stat st {};
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link itself was replaced";
+  EXPECT_EQ(read_file(victim), "keep me");
+  EXPECT_EQ(parse_report(path)["schema"], "tracepool.report/1");
+  const std::string listing = dir + "/listing";
+  ASSERT_EQ(std::system(("ls -A '" + dir + "' > '" + listing + "'").c_str()), 0);
+  EXPECT_EQ(read_file(listing), "listing\nreport.json\nvictim\n") << "no temporary file left behind";
+}
+
+TEST_F(ReportFile, FormatFollowsTheExtensionUnlessGiven) {
+  ASSERT_EQ(tracepool_write_report(tp, (dir + "/a.json").c_str(), nullptr), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_write_report(tp, (dir + "/a.txt").c_str(), nullptr), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_write_report(tp, (dir + "/b.txt").c_str(), "json"), TRACEPOOL_OK);
+  EXPECT_EQ(read_file(dir + "/a.json")[0], '{');
+  EXPECT_EQ(read_file(dir + "/a.txt").rfind("== tracepool report (demand)", 0), 0u);
+  EXPECT_EQ(read_file(dir + "/b.txt")[0], '{');
+}
+
+TEST_F(ReportFile, BadPathsAndFormatsAreRefusedWithAReason) {
+  EXPECT_EQ(tracepool_write_report(tp, (dir + "/no/such/dir/r.json").c_str(), nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tracepool_last_error()).find("no/such/dir"), std::string::npos);
+  EXPECT_EQ(tracepool_write_report(tp, (dir + "/r").c_str(), "xml"), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tracepool_last_error()).find("'xml'"), std::string::npos);
+  EXPECT_EQ(tracepool_write_report(tp, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_write_report(tp, "", nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_write_report(nullptr, "x", nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_write_report(tp, dir.c_str(), "json"), TRACEPOOL_ERR_INVALID_ARGUMENT) << "a directory";
+}
+
+std::vector<void*> hogged;
+
+__attribute__((noinline)) void hog(tracepool_t* tp) {
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, size_t{6} << 20, 0, nullptr, &p), TRACEPOOL_OK) << tracepool_last_error();
+  hogged.push_back(p);
+  asm volatile("" ::: "memory");
+}
+
+TEST(OomReport, NamesTheSitesHoldingMemoryAndIsKeptForRetrieval) {
+  for (const bool print : {false, true}) {
+    tracepool_t* tp = nullptr;
+    const std::string conf = std::string("backend:host,validate:on,host_capacity:64MiB") + (print ? "" : ",oom_report:off");
+    ASSERT_EQ(tracepool_create(conf.c_str(), &tp), TRACEPOOL_OK);
+    const std::string dir = scratch_dir();
+    EXPECT_EQ(tracepool_write_oom_report(tp, (dir + "/none.json").c_str(), nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 3; ++i) hog(tp);
+    ::testing::internal::CaptureStderr();
+    void* p = nullptr;
+    const int rc = tracepool_malloc(tp, size_t{50} << 20, 0, nullptr, &p);
+    const std::string printed = ::testing::internal::GetCapturedStderr();
+    ASSERT_EQ(rc, TRACEPOOL_ERR_OOM);
+    const std::string message = tracepool_last_error();
+    EXPECT_NE(message.find("Top call sites holding memory"), std::string::npos) << message;
+    EXPECT_NE(message.find("hog"), std::string::npos) << message;
+    EXPECT_NE(message.find("18.00 MiB in 3 blocks"), std::string::npos) << message;
+    EXPECT_NE(message.find("Largest free block on device 0: 2.00 MiB"), std::string::npos) << message;
+    EXPECT_EQ(printed.find("tracepool report (oom)") != std::string::npos, print) << printed;
+
+    ASSERT_EQ(tracepool_write_oom_report(tp, (dir + "/oom.json").c_str(), nullptr), TRACEPOOL_OK);
+    const json r = parse_report(dir + "/oom.json");
+    EXPECT_EQ(r["reason"], "oom");
+    EXPECT_EQ(r["oom"]["requested_bytes"], size_t{50} << 20);
+    EXPECT_EQ(r["oom"]["device"], 0);
+    ASSERT_FALSE(r["leaks"].empty());
+    EXPECT_NE(r["leaks"][0]["frames"][0]["function"].get<std::string>().find("hog"), std::string::npos);
+    EXPECT_EQ(r["leaks"][0]["bytes"], 3 * (size_t{6} << 20));
+    EXPECT_EQ(r["devices"][0]["cached_bytes"], size_t{2} << 20);
+    for (void* h : hogged) EXPECT_EQ(tracepool_free(tp, h, nullptr), TRACEPOOL_OK);
+    hogged.clear();
+    tracepool_destroy(tp);
+  }
+}
+
+__attribute__((noinline)) void sampled_workload(tracepool_t* tp, const std::vector<size_t>& sizes,
+                                                std::vector<void*>* out) {
+  for (size_t s : sizes) {
+    void* p = nullptr;
+    ASSERT_EQ(tracepool_malloc(tp, s, 0, nullptr, &p), TRACEPOOL_OK);
+    out->push_back(p);
+  }
+  asm volatile("" ::: "memory");
+}
+
+// Horvitz-Thompson: the estimate of a known workload is within 4 standard deviations of the truth,
+// the same seed gives the same samples, and not every block was captured.
+TEST(Sampling, EstimatesAreUnbiasedWithinStatisticalBounds) {
+  constexpr double mean = 64 * 1024;
+  std::vector<size_t> sizes;
+  uint64_t x = 12345;
+  double truth_bytes = 0, var_bytes = 0, var_blocks = 0;
+  for (int i = 0; i < 20000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const size_t s = 512 + (x >> 33) % (128 * 1024);
+    sizes.push_back(s);
+    const double p = -std::expm1(-static_cast<double>(s) / mean);
+    truth_bytes += static_cast<double>(s);
+    var_bytes += static_cast<double>(s) * static_cast<double>(s) * (1 - p) / p;
+    var_blocks += (1 - p) / p;
+  }
+  json first;
+  for (int run = 0; run < 2; ++run) {
+    tracepool_t* tp = nullptr;
+    ASSERT_EQ(tracepool_create("backend:host,sample_bytes:64KiB,sample_seed:7", &tp), TRACEPOOL_OK);
+    std::vector<void*> blocks;
+    sampled_workload(tp, sizes, &blocks);
+    const json r = report_of(tp);
+    EXPECT_TRUE(r["capture"]["estimated"]);
+    ASSERT_EQ(r["leaks"].size(), 1u) << r["leaks"].dump(1);
+    const double bytes = r["leaks"][0]["bytes"], count = r["leaks"][0]["blocks"];
+    EXPECT_LE(std::fabs(bytes - truth_bytes), 4 * std::sqrt(var_bytes)) << bytes << " vs " << truth_bytes;
+    EXPECT_LE(std::fabs(count - 20000), 4 * std::sqrt(var_blocks) + 1) << count;
+    EXPECT_NE(bytes, truth_bytes) << "an estimate, not a count: some blocks were not sampled";
+    if (run == 0) first = r["leaks"][0];
+    else EXPECT_EQ(r["leaks"][0]["bytes"], first["bytes"]) << "same seed, same samples";
+    // The exact totals come from the statistics, whatever was sampled.
+    EXPECT_EQ(r["stats"]["0"]["requested_bytes.all.current"].get<double>(), truth_bytes);
+    for (void* p : blocks) ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+    EXPECT_TRUE(report_of(tp)["leaks"].empty());
+    tracepool_destroy(tp);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,111 @@
+// The pieces of attribution below the C API: call-site interning, tags, sampling weights, growth.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "report/report.h"
+#include "trace/call_site_table.h"
+#include "trace/sampler.h"
+#include "trace/tags.h"
+
+namespace tracepool::core {
+namespace {
+
+TEST(CallSiteTable, SameStackAndTagsGiveTheSameIdOthersDiffer) {
+  call_site_table t;
+  const uintptr_t a[] = {0x1000, 0x2000, 0x3000};
+  const uintptr_t b[] = {0x1000, 0x2000, 0x3001};
+  const uint32_t ia = t.intern(a, 3, 0);
+  EXPECT_NE(ia, 0u);
+  EXPECT_EQ(t.intern(a, 3, 0), ia);
+  EXPECT_NE(t.intern(b, 3, 0), ia);
+  EXPECT_NE(t.intern(a, 2, 0), ia) << "a prefix is another stack";
+  EXPECT_NE(t.intern(a, 3, 5), ia) << "other tags, another site";
+  EXPECT_EQ(t.at(ia).depth, 3u);
+  EXPECT_EQ(t.at(ia).frames[2], 0x3000u);
+  EXPECT_EQ(t.end(), 5u);
+}
+
+TEST(CallSiteTable, CountersTrackLivePeakAndTotal) {
+  call_site_table t;
+  const uintptr_t a[] = {0x42};
+  const uint32_t id = t.intern(a, 1, 0);
+  t.on_alloc(id, 100, block_unit);
+  t.on_alloc(id, 50, block_unit);
+  t.on_free(id, 100, block_unit);
+  t.on_alloc(id, 10, block_unit);
+  EXPECT_EQ(t.at(id).live_bytes.load(), 60);
+  EXPECT_EQ(t.at(id).live_blocks.load(), 2 * block_unit);
+  EXPECT_EQ(t.at(id).peak_bytes.load(), 150);
+  EXPECT_EQ(t.at(id).total_bytes.load(), 160);
+}
+
+TEST(CallSiteTable, ConcurrentInterningAgreesOnIds) {
+  call_site_table t;
+  constexpr int threads = 8, stacks = 2000;
+  std::vector<std::vector<uint32_t>> ids(threads, std::vector<uint32_t>(stacks));
+  std::vector<std::thread> pool;
+  for (int th = 0; th < threads; ++th)
+    pool.emplace_back([&, th] {
+      for (int s = 0; s < stacks; ++s) {
+        const int k = (s * 7 + th * 13) % stacks;  // every thread, every stack, in a different order
+        const uintptr_t frames[] = {0x400000u + static_cast<uintptr_t>(k), 0x500000};
+        ids[th][k] = t.intern(frames, 2, 0);
+      }
+    });
+  for (auto& p : pool) p.join();
+  std::set<uint32_t> distinct(ids[0].begin(), ids[0].end());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(stacks));
+  for (int th = 1; th < threads; ++th) EXPECT_EQ(ids[th], ids[0]);
+  EXPECT_EQ(t.end(), static_cast<uint32_t>(stacks + 1));
+}
+
+TEST(Tags, NestedPushesNameTheSetOutermostFirst) {
+  ASSERT_EQ(current_tags(), 0u);
+  ASSERT_EQ(push_tag("epoch"), status::ok);
+  ASSERT_EQ(push_tag("validation"), status::ok);
+  const uint32_t set = current_tags();
+  EXPECT_EQ(tag_labels(set), (std::vector<std::string>{"epoch", "validation"}));
+  ASSERT_EQ(pop_tag(), status::ok);
+  ASSERT_EQ(push_tag("validation"), status::ok);
+  EXPECT_EQ(current_tags(), set) << "the same stack of labels is the same set";
+  ASSERT_EQ(pop_tag(), status::ok);
+  ASSERT_EQ(pop_tag(), status::ok);
+  EXPECT_EQ(current_tags(), 0u);
+  EXPECT_EQ(push_tag("bad\nlabel"), status::invalid_argument);
+}
+
+TEST(Sampler, WeightIsTheInverseOfTheSampleProbability) {
+  sampler off(0, 1);
+  EXPECT_TRUE(off.sample(1));
+  EXPECT_EQ(off.weight(12345), 1.0);
+  sampler s(1 << 20, 1);
+  EXPECT_NEAR(s.weight(1 << 20), 1.0 / (1.0 - std::exp(-1.0)), 1e-9);
+  EXPECT_NEAR(s.weight(512), 2048.5, 0.5);
+  EXPECT_NEAR(s.weight(size_t{64} << 20), 1.0, 1e-12);
+}
+
+TEST(Sampler, SampledFractionMatchesTheProbability) {
+  sampler s(64 * 1024, 99);
+  int hits = 0;
+  constexpr int n = 200000;
+  for (int i = 0; i < n; ++i) hits += s.sample(4096);
+  const double p = -std::expm1(-4096.0 / (64 * 1024));
+  EXPECT_NEAR(hits, n * p, 5 * std::sqrt(n * p * (1 - p)));
+}
+
+TEST(Growth, NeedsTwoRisesNoFallAndARiseIntoTheLastMark) {
+  EXPECT_TRUE(is_growing({1, 2, 3}));
+  EXPECT_TRUE(is_growing({0, 1, 1, 2}));
+  EXPECT_FALSE(is_growing({0, 5, 5, 5})) << "built once (optimizer state)";
+  EXPECT_FALSE(is_growing({1, 2, 3, 3})) << "stopped growing";
+  EXPECT_FALSE(is_growing({1, 3, 2, 4})) << "fell once";
+  EXPECT_FALSE(is_growing({1, 2}));
+  EXPECT_FALSE(is_growing({}));
+}
+
+}  // namespace
+}  // namespace tracepool::core
