@@ -71,6 +71,7 @@ block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_t
     rest->prev = b;
     rest->next = b->next;
     rest->free_seq = b->free_seq;  // same memory, same last use
+    rest->site = b->site;
     if (b->next != nullptr) b->next->prev = rest;
     b->next = rest;
     b->size = rounded;

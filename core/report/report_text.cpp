@@ -40,8 +40,13 @@ void frames(std::string& out, const std::vector<frame_info>& fs) {
     out += "       (no call site: capture was off or the site table was full)\n";
     return;
   }
-  for (size_t i = 0; i < fs.size() && i < frames_shown; ++i) out += "       " + frame_line(fs[i]) + "\n";
-  if (fs.size() > frames_shown) out += printf_string("       ... %zu more frames\n", fs.size() - frames_shown);
+  // The frames that say where: the innermost few, and nothing beyond main (the C runtime's start).
+  size_t shown = 0;
+  while (shown < fs.size() && shown < frames_shown) {
+    out += "       " + frame_line(fs[shown]) + "\n";
+    if (fs[shown++].function == "main") return;
+  }
+  if (shown < fs.size()) out += printf_string("       ... %zu more frames\n", fs.size() - shown);
 }
 
 std::string tag_list(const std::vector<std::string>& tags) {

@@ -30,6 +30,28 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.host.fail_above, size_t{20} << 20);
 }
 
+TEST(Config, ParsesTheCaptureKeys) {
+  config c;
+  EXPECT_EQ(c.capture, capture_mode::native) << "call sites are captured unless turned off";
+  EXPECT_EQ(c.capture_depth, 32);
+  ASSERT_EQ(parse_config("capture:off,capture_depth:64,unwinder:boost,sample_bytes:1MiB,sample_seed:0x10,oom_report:off", &c),
+            status::ok)
+      << last_error();
+  EXPECT_EQ(c.capture, capture_mode::off);
+  EXPECT_EQ(c.capture_depth, 64);
+  EXPECT_EQ(c.unwinder, unwinder_choice::boost);
+  EXPECT_EQ(c.sample_bytes, size_t{1} << 20);
+  EXPECT_EQ(c.sample_seed, 16u);
+  EXPECT_FALSE(c.oom_report);
+  const char* bad[] = {"capture:python",  "capture_depth:0", "capture_depth:257", "unwinder:gdb",
+                       "sample_bytes:x",  "sample_bytes:2000TiB", "sample_seed:-1",  "oom_report:on"};
+  for (const char* text : bad) {
+    config d;
+    EXPECT_EQ(parse_config(text, &d), status::bad_config) << text;
+    EXPECT_NE(std::string(last_error()).find("expected"), std::string::npos) << last_error();
+  }
+}
+
 TEST(Config, UnknownKeyIsAnErrorThatNamesIt) {
   config c;
   c.limit = 7;
