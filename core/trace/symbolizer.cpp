@@ -10,7 +10,9 @@
 #include <system_error>
 #include <thread>
 
-#define BOOST_STACKTRACE_USE_BACKTRACE
+#if defined(TRACEPOOL_HAVE_LIBBACKTRACE)
+#define BOOST_STACKTRACE_USE_BACKTRACE  // file and line from DWARF; otherwise Boost's dladdr-only backend
+#endif
 #include <boost/stacktrace/frame.hpp>
 
 namespace tracepool::core {
