@@ -125,7 +125,7 @@ std::string to_text(const report& r, size_t top) {
       out += printf_string("  %s in %s born %s, alive through %zu mark(s)%s\n", human_bytes(t.bytes).c_str(),
                            blocks_word(t.blocks).c_str(), born.c_str(), r.marks.size() - t.born_after,
                            tag_list(s.tags).c_str());
-      if (!s.frames.empty()) out += "       " + frame_line(s.frames[0]) + "\n";
+      for (size_t f = 0; f < s.frames.size() && f < 2; ++f) out += "       " + frame_line(s.frames[f]) + "\n";
     }
     out += "\nMarks:\n";
     for (const mark_summary& m : r.marks)

@@ -92,11 +92,14 @@ std::vector<frame_info> symbolize(const std::vector<uintptr_t>& addresses) {
       w->retired = true;
       w->cv.notify_all();
     }
-    w = new worker();  // leaked with its thread: a retired worker exits, its state cannot be freed
+    w = new worker();  // deleted by its thread once retired; its libbacktrace state cannot be freed
     w->generation = gen;
     w->pid = getpid();
     try {
-      std::thread(&worker::run, w).detach();
+      std::thread([w] {
+        w->run();
+        delete w;  // retired: nobody refers to it any more
+      }).detach();
     } catch (const std::system_error&) {
       delete w;
       current_worker = nullptr;

@@ -50,9 +50,19 @@ code_range module_range_of(const void* address) {
 
 bool unwinder::libunwind_available() { return libunwind_symbol() != nullptr; }
 
+#if defined(__SANITIZE_THREAD__)
+// Under TSan, libunwind's per-thread cache destructor locks a mutex after TSan has retired the
+// exiting thread, which crashes TSan's runtime: auto picks boost there (libunwind stays selectable).
+constexpr bool auto_prefers_libunwind = false;
+#else
+constexpr bool auto_prefers_libunwind = true;
+#endif
+
 status unwinder::make(unwinder_choice choice, unwinder* out) {
   unwinder u;
-  if (choice != unwinder_choice::boost && libunwind_available()) {
+  const bool want_libunwind =
+      choice == unwinder_choice::libunwind || (choice == unwinder_choice::automatic && auto_prefers_libunwind);
+  if (want_libunwind && libunwind_available()) {
     u.kind_ = kind::libunwind;
     u.unw_backtrace_ = reinterpret_cast<unw_backtrace_fn>(libunwind_symbol());
   } else if (choice == unwinder_choice::libunwind) {

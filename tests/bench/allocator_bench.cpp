@@ -27,7 +27,8 @@ allocator* shared_allocator(const std::string& backend_name, std::string* why) {
   auto it = made.find(backend_name);
   if (it == made.end()) {
     config cfg;
-    const std::string text = "backend:" + backend_name + ",validate:off";
+    // The allocator alone: call-site capture is measured by trace_bench.
+    const std::string text = "backend:" + backend_name + ",validate:off,capture:off";
     std::unique_ptr<allocator> a;
     if (parse_config(text.c_str(), &cfg) != status::ok || allocator::create(cfg, &a) != status::ok) a.reset();
     it = made.emplace(backend_name, std::make_pair(std::move(a), std::string(last_error()))).first;

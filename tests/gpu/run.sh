@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh OUTDIR: the whole GPU-machine check of tracepool, run from the repository root.
 #
-# Builds from source, runs the CUDA conformance tests, the host unit tests, the C++ benchmark and the
-# PyTorch checks (tests/gpu/torch_check.py, one process per check and allocator), and prints a summary
-# table last (also OUTDIR/summary.md). Every step is bounded by `timeout` and by an overall budget
-# (TRACEPOOL_GPU_BUDGET_S, default 480 s) so the run ends well inside 9 minutes; a step that cannot
-# run becomes a FAIL or SKIP row, never a silent stop. Exit status 1 if any row is FAIL; rows marked
-# meets/misses are performance targets and inform only.
+# Builds from source, runs the CUDA conformance tests, the host unit tests, the C++ benchmarks (the
+# allocator's, and what call-site capture costs) and the PyTorch checks (tests/gpu/torch_check.py, one
+# process per check and allocator), and prints a summary table last (also OUTDIR/summary.md). Every step
+# is bounded by `timeout` and by an overall budget (TRACEPOOL_GPU_BUDGET_S, default 520 s) so the run
+# ends well inside 9 minutes; a step that cannot run becomes a FAIL or SKIP row, never a silent stop.
+# Exit status 1 if any row is FAIL; rows marked meets/misses are performance targets and inform only,
+# as do info rows.
 #
-# OUTDIR holds at most 7 files: build.log unit.log conformance.log bench.log bench.json torch.log
-# summary.md. The build tree is outside OUTDIR: $TRACEPOOL_GPU_BUILD, default /tmp/tracepool-gpu-build.
+# OUTDIR holds at most 8 files: build.log unit.log conformance.log bench.log bench.json trace_bench.log
+# torch.log summary.md. The build tree is outside OUTDIR: $TRACEPOOL_GPU_BUILD, default
+# /tmp/tracepool-gpu-build.
 set -u
 OUT=${1:?usage: tests/gpu/run.sh OUTDIR}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
@@ -18,7 +20,7 @@ BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
 LIB=$BUILD/capi/libtracepool.so
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-520}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
-rm -f "$OUT"/{build,unit,conformance,bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md
+rm -f "$OUT"/{build,unit,conformance,bench,trace_bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md
 export PYTHONUNBUFFERED=1
 
 ROWS=()
@@ -149,6 +151,71 @@ PY
 )
 fi
 
+# ---- 4b. Call-site capture benchmark (host backend, through libtracepool.so) ------------------------
+# This machine has no libunwind, so the boost unwinder is the one measured; its JSON stays in WORK.
+TRACE_BENCH=$BUILD/tests/tracepool_trace_bench
+t=$(budget 90)
+if [[ ! -x $TRACE_BENCH ]]; then
+  row FAIL "trace bench" "missing: $TRACE_BENCH"
+elif ((t == 0)); then
+  row SKIP "trace bench" "time budget spent"
+else
+  timeout -k 5 "$t" "$TRACE_BENCH" --benchmark_min_time=0.2s --benchmark_repetitions=3 \
+    --benchmark_out="$WORK/trace_bench.json" --benchmark_out_format=json >"$OUT/trace_bench.log" 2>&1
+  rc=$?
+  if ((rc == 124)); then row FAIL "trace bench" "timed out after $t s, see trace_bench.log"
+  elif ((rc != 0)); then row FAIL "trace bench" "exit $rc, see trace_bench.log"; fi
+  # Medians of the repetitions; "added" is traced minus untagged, per allocation (one alloc+free).
+  while IFS= read -r line; do ROWS+=("$line"); done < <(python3 - "$WORK/trace_bench.json" <<'PY'
+import json, statistics, sys
+unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+vals, errors = {}, {}  # "name" -> seconds per iteration, "name:counter" -> counter values
+try:
+    for b in json.load(open(sys.argv[1]))["benchmarks"]:
+        name = b.get("run_name", b["name"]).split("/iterations:")[0]
+        if b.get("error_occurred"):
+            errors[name] = b.get("error_message", "")[:90].strip()
+        elif b.get("run_type", "iteration") == "iteration":
+            vals.setdefault(name, []).append(b["real_time"] * unit[b.get("time_unit", "ns")])
+            for k in ("added_ns", "sampled_ns", "untagged_ns", "bytes", "first_s", "sites", "blocks"):
+                if k in b:
+                    vals.setdefault(name + ":" + k, []).append(b[k])
+except (OSError, ValueError, KeyError) as e:
+    print("FAIL|trace bench|no usable trace_bench.json: %s" % e); sys.exit()
+med = lambda k: statistics.median(vals[k]) if k in vals else None
+def why(name):
+    return "errored: " + errors[name] if name in errors else name + " missing, see trace_bench.log"
+def verdict(ok):
+    return "meets" if ok else "misses"
+base = med("BM_Pair/untagged")
+for u in ("boost", "libunwind"):  # libunwind only where it loaded (not on this machine)
+    name, step = "BM_Pair/%s/depth:32" % u, "trace capture cost, %s depth 32" % u
+    v = med(name)
+    if base is None or v is None:
+        if u == "boost" or name in errors:
+            print("FAIL|%s|%s" % (step, why("BM_Pair/untagged" if base is None else name)))
+        continue
+    added = (v - base) * 1e9
+    print("%s|%s|%+.0f ns per allocation vs untagged (%.0f vs %.0f ns per alloc+free, %.1fx) (target <= 1000 ns)"
+          % (verdict(added <= 1000), step, added, v * 1e9, base * 1e9, v / base))
+unw = "libunwind" if "BM_Pair/libunwind/depth:32" in vals else "boost"
+added, s, u = (med("BM_SampledMix/1MiB:" + k) for k in ("added_ns", "sampled_ns", "untagged_ns"))
+if added is None:
+    print("FAIL|trace sampled 1 MiB, added ns|%s" % why("BM_SampledMix/1MiB"))
+else:
+    print("%s|trace sampled 1 MiB, added ns|%+.1f ns per allocation on average (%s, depth 32, sizes 512 B..64 KiB:"
+          " %.1f vs %.1f ns untagged) (target <= 50 ns)" % (verdict(added <= 50), added, unw, s, u))
+js, tx = med("BM_Report/json"), med("BM_Report/text")
+if js is None or tx is None:
+    print("FAIL|trace report, 100k blocks|%s" % why("BM_Report/json" if js is None else "BM_Report/text"))
+else:
+    print("%s|trace report, 100k blocks|json %.3f s (%.1f MiB, %.0f sites; first in process %.3f s), text %.3f s"
+          " (target < 1 s)" % (verdict(max(js, tx) < 1), js, (med("BM_Report/json:bytes") or 0) / 2**20,
+                               med("BM_Report/json:sites") or 0, med("BM_Report/json:first_s") or 0, tx))
+PY
+)
+fi
+
 # ---- 5. PyTorch checks ----------------------------------------------------------------------------
 # torch_step CHECK ALLOCATOR ROUND [ARGS]: one process; its output goes to WORK/CHECK.ALLOCATOR.ROUND.{out,rc}
 # and torch.log.
@@ -168,14 +235,21 @@ torch_step() {
   cat "$base.out" >>"$OUT/torch.log"
   echo "==== exit status $rc" >>"$OUT/torch.log"
 }
+# Allocators: native; tracepool, untagged (capture:off); traced, tracepool recording every allocation's
+# call stack (capture:native, depth 32). The traced train run also writes a JSON report at its end.
 torch_step train native 1
 torch_step train tracepool 1
-# Timings: native and tracepool alternate over two rounds (the report keeps each one's best round, so
-# one slow process does not decide a ratio); the training steps also run the references once: the
-# minimal plugin, and tracepool with its own time measured.
+torch_step train traced 1 --report "$WORK/train.traced.report.json"
+# Timings: the three alternate over two rounds (the report keeps each one's best round, so one slow
+# process does not decide a ratio); traced runs a quarter of the empty_loop pairs (each costs microseconds
+# more), which keeps the run inside its budget. The training steps also run the references once: the
+# minimal plugin, and tracepool (untagged) with its own time measured.
 for check in empty_loop gpt2_step resnet_step; do
   for round in 1 2; do
-    for alloc in native tracepool; do torch_step "$check" "$alloc" "$round"; done
+    for alloc in native tracepool traced; do
+      if [[ $check == empty_loop && $alloc == traced ]]; then torch_step "$check" "$alloc" "$round" --pairs 50000
+      else torch_step "$check" "$alloc" "$round"; fi
+    done
   done
   if [[ $check != empty_loop ]]; then
     for alloc in minimal timed; do torch_step "$check" "$alloc" 1; done

@@ -1,12 +1,15 @@
 """PyTorch checks of tracepool on the GPU machine; tests/gpu/run.sh runs each one as its own process.
 
-    torch_check.py CHECK --allocator native|tracepool [--lib build/capi/libtracepool.so]
+    torch_check.py CHECK --allocator native|tracepool|traced|minimal|timed [--lib build/capi/libtracepool.so]
+                   [--report PATH]   (train with a tracepool allocator: write a JSON report at its end)
     torch_check.py report DIR      (no torch: turns DIR/<check>.<allocator>.<round>.out files into summary rows)
 
 CHECK is train, empty_loop, gpt2_step or resnet_step. Each prints one JSON line
 {"check": ..., "allocator": ..., "status": "ok" | "skip" | "error", ...} last. The allocator is
 swapped before anything initialises CUDA, which is why native and tracepool runs are separate
-processes. `report` prints "STATUS|step|detail" lines; run.sh turns them into summary rows.
+processes. Capture is on by default in tracepool, so "tracepool" (and "timed") run untagged
+(TRACEPOOL_CONF gets capture:off) and "traced" records every allocation's call stack at the default
+depth. `report` prints "STATUS|step|detail" lines; run.sh turns them into summary rows.
 """
 import argparse
 import ctypes
@@ -66,11 +69,31 @@ def tracepool_stats(lib_path):
             "num_device_alloc": s.num_device_alloc, "num_device_free": s.num_device_free}
 
 
+def write_report(lib_path, path):
+    """tracepool_write_report(tracepool_default(), path, "json"), timed; the report is checked by `report`."""
+    lib = ctypes.CDLL(lib_path)
+    lib.tracepool_default.restype = ctypes.c_void_p
+    lib.tracepool_last_error.restype = ctypes.c_char_p
+    lib.tracepool_write_report.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    tp = lib.tracepool_default()
+    if not tp:
+        return {"path": path, "error": "tracepool_default() is NULL: " + lib.tracepool_last_error().decode()}
+    t0 = time.perf_counter()
+    rc = lib.tracepool_write_report(tp, path.encode(), b"json")
+    out = {"path": path, "seconds": time.perf_counter() - t0}
+    if rc != 0:
+        out["error"] = "tracepool_write_report: %d %s" % (rc, lib.tracepool_last_error().decode())
+    return out
+
+
 # allocator -> (library argument, alloc symbol, free symbol). minimal and timed come from
 # reference_plugins.cpp (--ref-lib): a baseline plugin, and tracepool with its time measured.
 PLUGINS = {"tracepool": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
+           "traced": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
            "minimal": ("ref_lib", "minimal_alloc", "minimal_free"),
            "timed": ("ref_lib", "timed_alloc", "timed_free")}
+# What each tracepool allocator appends to TRACEPOOL_CONF (a later key wins over an earlier one).
+TRACEPOOL_CONF = {"tracepool": "capture:off", "timed": "capture:off", "traced": "capture:native"}
 
 
 def use_allocator(args):
@@ -78,6 +101,9 @@ def use_allocator(args):
     plugin = PLUGINS.get(args.allocator)
     if plugin and not os.path.exists(getattr(args, plugin[0])):
         raise RuntimeError("library not found: %s (did the build fail?)" % getattr(args, plugin[0]))
+    if args.allocator in TRACEPOOL_CONF:  # read when tracepool_default() is first called
+        os.environ["TRACEPOOL_CONF"] = ",".join(
+            c for c in (os.environ.get("TRACEPOOL_CONF", ""), TRACEPOOL_CONF[args.allocator]) if c)
     if args.allocator == "timed":
         ctypes.CDLL(args.lib, mode=ctypes.RTLD_GLOBAL)  # the shim's tracepool_* come from the same library
     import torch
@@ -91,7 +117,7 @@ def device_allocs(torch, args):
     """Device allocations so far (cudaMalloc / cuMemAlloc calls made by the allocator), or None."""
     if args.allocator == "native":
         return torch.cuda.memory_stats().get("num_device_alloc")
-    if args.allocator in ("tracepool", "timed"):
+    if args.allocator in TRACEPOOL_CONF:
         return tracepool_stats(args.lib).get("num_device_alloc")
     return None
 
@@ -123,8 +149,14 @@ def check_train(torch, args):
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    return {"losses": losses, "losses_hex": [float.hex(v) for v in losses], "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(0)}
+    out = {"losses": losses, "losses_hex": [float.hex(v) for v in losses], "torch": torch.__version__,
+           "gpu": torch.cuda.get_device_name(0)}
+    if args.report and args.allocator in TRACEPOOL_CONF:  # while the model and optimizer still hold memory
+        try:
+            out["report"] = write_report(args.lib, args.report)
+        except Exception as e:  # noqa: BLE001 (the losses stand; the report row says what broke)
+            out["report"] = {"path": args.report, "error": "%s: %s" % (type(e).__name__, e)}
+    return out
 
 
 def check_empty_loop(torch, args):
@@ -226,7 +258,7 @@ def run_check(args):
             out.update(status="error", error="%s: %s" % (type(e).__name__, (str(e) or "-").splitlines()[0][:300]))
         backend = getattr(torch.cuda.memory, "get_allocator_backend", None)
         out["torch_allocator"] = backend() if backend else "?"  # "pluggable" once swapped
-        if args.allocator in ("tracepool", "timed"):
+        if args.allocator in TRACEPOOL_CONF:
             try:
                 out["tp"] = tracepool_stats(args.lib)
             except Exception as e:  # noqa: BLE001
@@ -296,21 +328,85 @@ def pair_row(name, nat, tp, key, fmt, target_ratio=None):
         "meets" if ratio <= target_ratio else "misses", name, fmt % a, fmt % b, ratio, target_ratio, rounds)
 
 
-def report(d):
-    r = {(c, a): load(d, c, a) for c in CHECKS for a in ("native", "tracepool")}
-    nat, tp = r["train", "native"], r["train", "tracepool"]
-    bad = [(w, x) for w, x in (("native", nat), ("tracepool", tp)) if x["status"] != "ok"]
+def losses_row(step, nat, other, who):
+    """PASS when a tracepool variant's training losses equal native's bit for bit."""
+    bad = [(w, x) for w, x in (("native", nat), (who, other)) if x["status"] != "ok"]
     if bad:
-        print("FAIL|torch train: losses equal native|%s: %s" % (bad[0][0], why(bad[0][1])))
-    elif nat["losses_hex"] == tp["losses_hex"]:
-        print("PASS|torch train: losses equal native|%d losses bitwise equal, %.4f to %.4f"
-              % (len(nat["losses"]), nat["losses"][0], nat["losses"][-1]))
-    else:
-        diff = max((abs(a - b) for a, b in zip(nat["losses"], tp["losses"])), default=float("nan"))
-        print("FAIL|torch train: losses equal native|max abs diff %.3g over %d/%d steps"
-              % (diff, len(nat["losses"]), len(tp["losses"])))
+        return "FAIL|%s|%s: %s" % (step, bad[0][0], why(bad[0][1]))
+    if nat["losses_hex"] == other["losses_hex"]:
+        return "PASS|%s|%d losses bitwise equal, %.4f to %.4f" % (step, len(nat["losses"]), nat["losses"][0],
+                                                                    nat["losses"][-1])
+    diff = max((abs(a - b) for a, b in zip(nat["losses"], other["losses"])), default=float("nan"))
+    return "FAIL|%s|max abs diff %.3g over %d/%d steps" % (step, diff, len(nat["losses"]), len(other["losses"]))
+
+
+def traced_row(name, nat, untagged, traced, key, fmt, unit):
+    """Information: what recording call sites costs, as traced/native and as traced minus untagged."""
+    runs = (("native", nat), ("tracepool", untagged), ("traced", traced))
+    for who, r in runs:
+        if r["status"] == "error":
+            return "FAIL|%s|%s: %s" % (name, who, why(r))
+    for who, r in runs:
+        if r["status"] != "ok":
+            return "SKIP|%s|%s" % (name, why(r))
+    a, u, t = nat[key], untagged[key], traced[key]
+    rounds = "" if len(nat.get("rounds", [])) < 2 else " [rounds: native %s, tracepool %s, traced %s]" % (
+        nat["rounds"], untagged.get("rounds"), traced.get("rounds"))
+    return ("info|%s|traced %s: %.3fx native (%s); %+" + fmt[1:] + "%s vs untagged tracepool (%s)%s") % (
+        name, fmt % t, t / a if a else float("inf"), fmt % a, t - u, unit, fmt % u, rounds)
+
+
+REPORT_STEP = "torch traced report (train, JSON)"
+
+
+def report_file_row(rec):
+    """The report the traced train run wrote at its end: it parses, has the schema, captured call stacks,
+    and its leaks (live blocks) and cached sections are not empty. Its write time informs only."""
+    if rec["status"] == "error":
+        return "FAIL|%s|train run: %s" % (REPORT_STEP, why(rec))
+    if rec["status"] != "ok":
+        return "SKIP|%s|%s" % (REPORT_STEP, why(rec))
+    info = rec.get("report")
+    if not isinstance(info, dict):
+        return "FAIL|%s|the traced train run wrote no report (no --report?)" % REPORT_STEP
+    if "error" in info:
+        return "FAIL|%s|%s" % (REPORT_STEP, info["error"])
+    path = info.get("path", "")
+    try:
+        size = os.path.getsize(path)
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return "FAIL|%s|report %s unreadable: %s" % (REPORT_STEP, os.path.basename(path), e)
+    if not isinstance(doc, dict):
+        return "FAIL|%s|report is not a JSON object" % REPORT_STEP
+    capture = doc.get("capture") if isinstance(doc.get("capture"), dict) else {}
+    problems = [] if doc.get("schema") == "tracepool.report/1" else ["schema %r" % doc.get("schema")]
+    problems += [] if capture.get("mode") == "native" else ["capture mode %r" % capture.get("mode")]
+    for section in ("leaks", "cached"):
+        if not isinstance(doc.get(section), list) or not doc[section]:
+            problems.append("%s empty" % section)
+    leaks, cached = doc.get("leaks") or [], doc.get("cached") or []
+    if leaks and not any(isinstance(x, dict) and x.get("frames") for x in leaks):
+        problems.append("no leak site has frames")
+    if problems:
+        return "FAIL|%s|%s" % (REPORT_STEP, "; ".join(problems))
+    gib = lambda items: sum(x.get("bytes", 0) for x in items if isinstance(x, dict)) / GiB
+    return ("PASS|%s|written in %.3f s (%.0f KiB): %s, %d leak sites (%.2f GiB live), %d cached sites (%.2f GiB),"
+            " %s sites interned" % (REPORT_STEP, info.get("seconds", float("nan")), size / 1024, doc["schema"],
+                                    len(leaks), gib(leaks), len(cached), gib(cached), capture.get("sites", "?")))
+
+
+def report(d):
+    if not os.path.isdir(d):
+        print("FAIL|torch report|no such directory: %s" % d)
+        return 0
+    r = {(c, a): load(d, c, a) for c in CHECKS for a in ("native", "tracepool", "traced")}
+    print(losses_row("torch train: losses equal native", r["train", "native"], r["train", "tracepool"], "tracepool"))
+    print(losses_row("torch train, traced: losses = native", r["train", "native"], r["train", "traced"], "traced"))
+    print(report_file_row(r["train", "traced"]))
     # Integrity of tracepool after every run that got far enough to ask it.
-    tps = [(c, x["tp"]) for (c, a), x in r.items() if a == "tracepool" and "tp" in x]
+    tps = [("%s/%s" % (c, a), x["tp"]) for (c, a), x in r.items() if a != "native" and "tp" in x]
     if not tps:
         print("SKIP|tracepool stats after torch runs|no tracepool run reached the stats call")
     else:
@@ -323,8 +419,12 @@ def report(d):
               broken else "%d runs: validate ok, 0 invalid frees, 0 OOMs, peak reserved %.2f GiB" % (len(tps), peak)))
     print(pair_row("torch.empty loop ns/pair", r["empty_loop", "native"], r["empty_loop", "tracepool"],
                    "ns_per_pair", "%.0f", 1.0))
+    print(traced_row("torch.empty loop ns/pair, traced", r["empty_loop", "native"], r["empty_loop", "tracepool"],
+                     r["empty_loop", "traced"], "ns_per_pair", "%.0f", " ns per pair"))
     for c, label in (("gpt2_step", "GPT-2"), ("resnet_step", "ResNet-50")):
         print(pair_row(label + " step ms", r[c, "native"], r[c, "tracepool"], "ms_per_step", "%.1f", 1.02))
+        print(traced_row(label + " step ms, traced", r[c, "native"], r[c, "tracepool"], r[c, "traced"],
+                         "ms_per_step", "%.1f", " ms per step"))
         print(pair_row(label + " memory in use GiB", r[c, "native"], r[c, "tracepool"], "mem_in_use_gib", "%.2f"))
         print(reference_row(label, r[c, "native"], load(d, c, "minimal"), load(d, c, "timed")))
     return 0
@@ -347,7 +447,11 @@ def reference_row(label, nat, minimal, timed):
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "report":
-        return report(sys.argv[2])
+        try:
+            return report(sys.argv[2])
+        except Exception as e:  # noqa: BLE001 (rows printed so far stand; the rest become one FAIL row)
+            print("FAIL|torch report|torch_check.py report crashed: %s: %s" % (type(e).__name__, e))
+            return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("check", choices=sorted(CHECKS))
     p.add_argument("--allocator", choices=("native",) + tuple(PLUGINS), required=True)
@@ -357,6 +461,7 @@ def main():
     p.add_argument("--pairs", type=int, default=200_000, help="empty_loop: alloc+free pairs per repetition")
     p.add_argument("--reps", type=int, default=5, help="empty_loop: repetitions (median reported)")
     p.add_argument("--warmup", type=int, default=20_000, help="empty_loop: warm-up pairs")
+    p.add_argument("--report", default="", help="train: write tracepool's JSON report here at the end")
     args = p.parse_args()
     if args.check == "train" and not args.steps:
         args.steps = 20
