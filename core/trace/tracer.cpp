@@ -9,7 +9,7 @@ namespace tracepool::core {
 
 namespace {
 // Room for tracepool's own frames (capture, allocator, C API, plugin) above the caller's.
-constexpr size_t own_frames_room = 16;
+constexpr size_t own_frames_room = 10;
 }  // namespace
 
 status tracer::create(const config& cfg, std::unique_ptr<tracer>* out) {
