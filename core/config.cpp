@@ -65,8 +65,9 @@ status apply(const std::string& key, const std::string& value, config* c) {
   } else if (key == "unwinder") {
     if (value == "auto") c->unwinder = unwinder_choice::automatic;
     else if (value == "libunwind") c->unwinder = unwinder_choice::libunwind;
+    else if (value == "cfi") c->unwinder = unwinder_choice::cfi;
     else if (value == "boost") c->unwinder = unwinder_choice::boost;
-    else return bad_value(key, value, "auto, libunwind or boost");
+    else return bad_value(key, value, "auto, libunwind, cfi or boost");
   } else if (key == "sample_bytes") {
     if (!parse_bytes(value, &c->sample_bytes) || c->sample_bytes > (size_t{1} << 50))
       return bad_value(key, value, "0 (every allocation) or a byte size up to 1 PiB, such as 1MiB");
@@ -112,7 +113,7 @@ const char* config_help() {
   return "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
          "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
          "fail_above (bytes: fail larger device allocations, host only), capture (off|native), "
-         "capture_depth (1-256), unwinder (auto|libunwind|boost), sample_bytes (0 or bytes), sample_seed (integer), "
+         "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
          "oom_report (stderr|off)";
 }
 

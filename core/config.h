@@ -22,7 +22,7 @@ inline constexpr bool validate_by_default = false;
 inline constexpr int max_capture_depth = 256;
 
 enum class capture_mode { off, native };
-enum class unwinder_choice { automatic, libunwind, boost };
+enum class unwinder_choice { automatic, libunwind, cfi, boost };
 
 struct config {
   backend_choice backend = backend_choice::automatic;  // backend: auto | cuda | host
@@ -32,7 +32,7 @@ struct config {
 
   capture_mode capture = capture_mode::native;         // capture: off | native
   int capture_depth = 32;                              // capture_depth: frames kept per call site, 1-256
-  unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | boost
+  unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | cfi | boost
   size_t sample_bytes = 0;                             // sample_bytes: mean bytes between samples, 0 = every block
   uint64_t sample_seed = 0x7261636570ULL;              // sample_seed: seed of the sampler (per thread)
   bool oom_report = true;                              // oom_report: stderr | off

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "allocator.h"
+#include "trace/cfi_unwinder.h"
 #include "trace/tags.h"
 
 namespace tracepool::core {
@@ -96,6 +97,7 @@ status build_report(allocator& a, const char* reason, report* out) {
   r.sample_bytes = t.sample_bytes();
   r.sites = sites.end() - 1;
   r.sites_dropped = sites.dropped();
+  r.cfi_slow_stacks = cfi_slow_stacks();
   const std::vector<mark_record> marks = t.marks();
   for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.time_ns, m.live_bytes});
 

@@ -75,6 +75,7 @@ struct report {
   size_t sample_bytes = 0;  // 0: every allocation captured, figures exact
   uint32_t sites = 0;       // call sites interned so far
   uint64_t sites_dropped = 0;
+  uint64_t cfi_slow_stacks = 0;  // process-wide: captures the cfi unwinder handed to boost
   std::vector<device_summary> devices;
   std::vector<site_summary> leaks;  // bytes descending
   std::vector<retained_summary> retained;

@@ -112,6 +112,7 @@ std::string to_json(const report& r) {
   j.key("estimated"), j.value(r.sample_bytes != 0);
   j.key("sites"), j.value(static_cast<int64_t>(r.sites));
   j.key("sites_dropped"), j.value(static_cast<int64_t>(r.sites_dropped));
+  j.key("cfi_slow_stacks"), j.value(static_cast<int64_t>(r.cfi_slow_stacks));
   j.close('}');
 
   j.key("stats");

@@ -188,17 +188,17 @@ def why(name):
 def verdict(ok):
     return "meets" if ok else "misses"
 base = med("BM_Pair/untagged")
-for u in ("boost", "libunwind"):  # libunwind only where it loaded (not on this machine)
+for u in ("cfi", "boost", "libunwind"):  # libunwind only where it loaded (not on this machine)
     name, step = "BM_Pair/%s/depth:32" % u, "trace capture cost, %s depth 32" % u
     v = med(name)
     if base is None or v is None:
-        if u == "boost" or name in errors:
+        if u != "libunwind" or name in errors:
             print("FAIL|%s|%s" % (step, why("BM_Pair/untagged" if base is None else name)))
         continue
     added = (v - base) * 1e9
     print("%s|%s|%+.0f ns per allocation vs untagged (%.0f vs %.0f ns per alloc+free, %.1fx) (target <= 1000 ns)"
           % (verdict(added <= 1000), step, added, v * 1e9, base * 1e9, v / base))
-unw = "libunwind" if "BM_Pair/libunwind/depth:32" in vals else "boost"
+unw = "libunwind" if "BM_Pair/libunwind/depth:32" in vals else "cfi"
 added, s, u = (med("BM_SampledMix/1MiB:" + k) for k in ("added_ns", "sampled_ns", "untagged_ns"))
 if added is None:
     print("FAIL|trace sampled 1 MiB, added ns|%s" % why("BM_SampledMix/1MiB"))
@@ -240,6 +240,7 @@ torch_step() {
 torch_step train native 1
 torch_step train tracepool 1
 torch_step train traced 1 --report "$WORK/train.traced.report.json"
+torch_step train traced_boost 1 --report "$WORK/train.traced_boost.report.json"
 # Timings: the three alternate over two rounds (the report keeps each one's best round, so one slow
 # process does not decide a ratio); traced runs a quarter of the empty_loop pairs (each costs microseconds
 # more), which keeps the run inside its budget. The training steps also run the references once: the

@@ -90,10 +90,12 @@ def write_report(lib_path, path):
 # reference_plugins.cpp (--ref-lib): a baseline plugin, and tracepool with its time measured.
 PLUGINS = {"tracepool": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
            "traced": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
+           "traced_boost": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
            "minimal": ("ref_lib", "minimal_alloc", "minimal_free"),
            "timed": ("ref_lib", "timed_alloc", "timed_free")}
 # What each tracepool allocator appends to TRACEPOOL_CONF (a later key wins over an earlier one).
-TRACEPOOL_CONF = {"tracepool": "capture:off", "timed": "capture:off", "traced": "capture:native"}
+TRACEPOOL_CONF = {"tracepool": "capture:off", "timed": "capture:off", "traced": "capture:native",
+                  "traced_boost": "capture:native,unwinder:boost"}
 
 
 def use_allocator(args):
@@ -397,6 +399,36 @@ def report_file_row(rec):
                                     len(leaks), gib(leaks), len(cached), gib(cached), capture.get("sites", "?")))
 
 
+AGREE_STEP = "torch stacks: auto unwinder = boost"
+
+
+def unwinders_agree_row(auto_rec, boost_rec):
+    """The traced train run (unwinder:auto, cfi here) and the same run with unwinder:boost must report the
+    same call sites: the same (bytes, frames as function/file/line) for every live site."""
+    docs = []
+    for rec in (auto_rec, boost_rec):
+        info = rec.get("report") if rec.get("status") == "ok" else None
+        if not isinstance(info, dict) or "path" not in info:
+            return "FAIL|%s|%s run wrote no report: %s" % (AGREE_STEP, rec.get("allocator", "?"), why(rec))
+        try:
+            with open(info["path"]) as f:
+                docs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            return "FAIL|%s|report unreadable: %s" % (AGREE_STEP, e)
+    def sites(doc):
+        return sorted((x.get("bytes"), tuple((f.get("function"), f.get("file"), f.get("line"))
+                                             for f in x.get("frames", []))) for x in doc.get("leaks", []))
+    a, b = sites(docs[0]), sites(docs[1])
+    unwinder = docs[0].get("capture", {}).get("unwinder")
+    slow = docs[0].get("capture", {}).get("cfi_slow_stacks")
+    frames = sum(len(s[1]) for s in a)
+    if a != b:
+        diff = len(set(a) ^ set(b))
+        return "FAIL|%s|%s and boost differ in %d of %d leak sites" % (AGREE_STEP, unwinder, diff, max(len(a), len(b)))
+    return "PASS|%s|%s: %d leak sites, %d frames, identical to boost's; stacks left to boost: %s" % (
+        AGREE_STEP, unwinder, len(a), frames, slow)
+
+
 def report(d):
     if not os.path.isdir(d):
         print("FAIL|torch report|no such directory: %s" % d)
@@ -405,6 +437,7 @@ def report(d):
     print(losses_row("torch train: losses equal native", r["train", "native"], r["train", "tracepool"], "tracepool"))
     print(losses_row("torch train, traced: losses = native", r["train", "native"], r["train", "traced"], "traced"))
     print(report_file_row(r["train", "traced"]))
+    print(unwinders_agree_row(r["train", "traced"], load(d, "train", "traced_boost")))
     # Integrity of tracepool after every run that got far enough to ask it.
     tps = [("%s/%s" % (c, a), x["tp"]) for (c, a), x in r.items() if a != "native" and "tp" in x]
     if not tps:

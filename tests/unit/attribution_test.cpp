@@ -1,7 +1,10 @@
 // Attribution through the C API (libtracepool.so, host backend): known noinline call chains hold
 // known amounts, and reports name each function at its file and line, with exact bytes and blocks.
+#include <alloca.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,34 +272,83 @@ TEST_F(Attribution, CaptureDepthBoundsTheFramesKept) {
   EXPECT_TRUE(frame_at(r["leaks"][0]["frames"][1], "small_chain_outer", outer_line));
 }
 
-// Both unwinders see the same caller frames (libunwind only where it is installed).
-TEST_F(Attribution, UnwindersAgreeOnTheCallerFrames) {
-  std::vector<json> frames;
-  for (const char* unwinder : {"unwinder:boost", "unwinder:libunwind"}) {
+// Stacks of several shapes, each allocating a size of its own: a plain chain, a callback from libc
+// (qsort), a std::function, a recursion, a frame with alloca, and a thread's stack.
+__attribute__((noinline)) void alloc_sized(tracepool_t* tp, size_t bytes) {
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, bytes, 0, nullptr, &p), TRACEPOOL_OK);
+  kept.push_back(p);
+  KEEP_FRAME();
+}
+
+tracepool_t* qsort_tp;
+bool qsort_allocated;
+int compare_and_allocate(const void* a, const void* b) {
+  if (!qsort_allocated) qsort_allocated = true, alloc_sized(qsort_tp, 1111);
+  return *static_cast<const int*>(a) - *static_cast<const int*>(b);
+}
+
+__attribute__((noinline)) void recurse_then_allocate(tracepool_t* tp, int depth) {
+  if (depth == 0) alloc_sized(tp, 3333);
+  else recurse_then_allocate(tp, depth - 1);
+  KEEP_FRAME();
+}
+
+// alloca makes the compiler keep a frame pointer: the CFA is rbp-based here, rsp-based elsewhere.
+__attribute__((noinline)) void with_alloca(tracepool_t* tp, size_t n) {
+  volatile char* buf = static_cast<volatile char*>(alloca(n));
+  buf[0] = 1;
+  alloc_sized(tp, 5555);
+  KEEP_FRAME();
+}
+
+void allocate_in_every_shape(tracepool_t* tp) {
+  small_chain_outer(tp, 1);
+  qsort_tp = tp;
+  qsort_allocated = false;
+  int values[] = {3, 1, 2};
+  std::qsort(values, 3, sizeof(int), compare_and_allocate);
+  const std::function<void()> fn = [tp] { alloc_sized(tp, 2222); };
+  fn();
+  recurse_then_allocate(tp, 40);
+  with_alloca(tp, 100 + kept.size());
+  std::thread([tp] { alloc_sized(tp, 4444); }).join();
+}
+
+// Every unwinder sees the same return addresses, frame for frame (libunwind only where installed).
+TEST_F(Attribution, UnwindersAgreeFrameForFrame) {
+  std::vector<std::pair<std::string, json>> stacks;  // unwinder, bytes -> addresses
+  json slow_before;
+  for (const char* unwinder : {"boost", "cfi", "libunwind"}) {
     tracepool_t* other = nullptr;
-    const std::string conf = std::string("backend:host,") + unwinder;
+    const std::string conf = std::string("backend:host,capture_depth:64,unwinder:") + unwinder;
     if (tracepool_create(conf.c_str(), &other) != TRACEPOOL_OK) {
-      EXPECT_NE(std::string(tracepool_last_error()).find("libunwind"), std::string::npos);
+      EXPECT_STREQ(unwinder, "libunwind") << tracepool_last_error();
       continue;
     }
-    small_chain_outer(other, 1);
+    allocate_in_every_shape(other);
     const json r = report_of(other);
-    EXPECT_EQ(r["capture"]["unwinder"], unwinder + 9);
-    ASSERT_EQ(r["leaks"].size(), 1u);
-    frames.push_back(r["leaks"][0]["frames"]);
+    EXPECT_EQ(r["capture"]["unwinder"], unwinder);
+    json by_size = json::object();
+    for (const json& e : r["leaks"]) {
+      json addresses = json::array();
+      for (const json& f : e["frames"]) addresses.push_back(f["address"]);
+      by_size[std::to_string(e["bytes"].get<int64_t>())] = addresses;
+    }
+    EXPECT_EQ(by_size.size(), 6u) << r["leaks"].dump(1);
+    if (!stacks.empty())
+      EXPECT_EQ(r["capture"]["cfi_slow_stacks"], slow_before) << unwinder << ": cfi followed every stack itself";
+    slow_before = r["capture"]["cfi_slow_stacks"];
+    stacks.emplace_back(unwinder, by_size);
     for (void* p : kept) EXPECT_EQ(tracepool_free(other, p, nullptr), TRACEPOOL_OK);
     kept.clear();
     tracepool_destroy(other);
   }
-  ASSERT_FALSE(frames.empty());
-  EXPECT_TRUE(frame_at(frames[0][0], "leak_small", small_line));
-  if (frames.size() == 2) {
-    ASSERT_GE(frames[1].size(), 3u);
-    for (size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(frames[0][i]["function"], frames[1][i]["function"]) << i;
-      EXPECT_EQ(frames[0][i]["line"], frames[1][i]["line"]) << i;
-    }
-  }
+  ASSERT_GE(stacks.size(), 2u);
+  for (size_t i = 1; i < stacks.size(); ++i)
+    for (const auto& [size, addresses] : stacks[0].second.items())
+      EXPECT_EQ(stacks[i].second[size], addresses) << stacks[i].first << " vs boost, allocation of " << size;
+  EXPECT_GE(stacks[0].second["3333"].size(), 42u) << "the recursion is in the stack";
 }
 
 __attribute__((noinline)) void thread_chain_a(tracepool_t* tp, std::vector<void*>* out) {

@@ -1,0 +1,26 @@
+// cfi_unwinder.h: a caching DWARF call-frame unwinder for x86-64 Linux, for hosts without libunwind.
+//
+// libgcc's _Unwind_Backtrace (Boost's path) finds and interprets each frame's CFI on every capture:
+// ~100-200 ns a frame. Here the rule of each return address (where the CFA is, where the caller's
+// rbp was saved) is interpreted once, from the FDE that libgcc's _Unwind_Find_FDE returns, and kept
+// in a per-thread cache; a capture is then a few loads per frame. Only the rules compilers emit for
+// ordinary frames are understood (CFA = rsp or rbp + offset, rbp saved at CFA + offset, return
+// address at CFA - 8); anything else (signal frames, CFA expressions, another CFA register) makes
+// the capture fall back to _Unwind_Backtrace, so a stack is either exact or taken the slow way.
+// Every read stays inside the thread's stack, between the current stack pointer and its top.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tracepool::core {
+
+// Whether this build and machine can use it (x86-64 with libgcc's _Unwind_Find_FDE).
+bool cfi_unwinder_supported();
+// Up to `max` return addresses, innermost first, starting inside the caller of cfi_backtrace.
+// Returns 0 if the stack needs the slow path (the caller then uses _Unwind_Backtrace).
+size_t cfi_backtrace(uintptr_t* out, size_t max);
+// Captures that needed the slow path, since the process started (all threads).
+uint64_t cfi_slow_stacks();
+
+}  // namespace tracepool::core
