@@ -98,6 +98,10 @@ status build_report(allocator& a, const char* reason, report* out) {
   r.sites = sites.end() - 1;
   r.sites_dropped = sites.dropped();
   r.cfi_slow_stacks = cfi_slow_stacks();
+  if (const uint64_t last = cfi_last_slow(); last != 0) {
+    r.cfi_last_slow_reason = static_cast<int>(last & 0xffff);
+    r.cfi_last_slow_frame = symbolize({static_cast<uintptr_t>(last >> 16)})[0];
+  }
   const std::vector<mark_record> marks = t.marks();
   for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.time_ns, m.live_bytes});
 

@@ -113,6 +113,19 @@ std::string to_json(const report& r) {
   j.key("sites"), j.value(static_cast<int64_t>(r.sites));
   j.key("sites_dropped"), j.value(static_cast<int64_t>(r.sites_dropped));
   j.key("cfi_slow_stacks"), j.value(static_cast<int64_t>(r.cfi_slow_stacks));
+  j.key("cfi_last_slow");
+  if (r.cfi_last_slow_reason == 0) {
+    j.null();
+  } else {
+    j.open('{');
+    j.key("reason"), j.value(static_cast<int64_t>(r.cfi_last_slow_reason));
+    j.key("function"), j.value(r.cfi_last_slow_frame.function);
+    j.key("module"), j.value(r.cfi_last_slow_frame.module);
+    char address[24];
+    std::snprintf(address, sizeof address, "0x%" PRIxPTR, r.cfi_last_slow_frame.address);
+    j.key("address"), j.value(std::string(address));
+    j.close('}');
+  }
   j.close('}');
 
   j.key("stats");

@@ -20,12 +20,15 @@ namespace tracepool::core {
 namespace {
 
 enum : uint8_t { reg_rbp = 6, reg_rsp = 7, reg_ra = 16 };
+// Why a stack went to the slow path (diagnostics in reports); below 0x100: the CFA opcode.
+enum : uint16_t { why_record = 0x100, why_cie, why_encoding, why_rule, why_stack, why_no_stack };
 
 // How to step from a frame to its caller.
 struct frame_rule {
   uintptr_t pc = 0;     // the address it was interpreted for (cache key); 0 = empty slot
   uint8_t cfa_reg = 0;  // reg_rsp or reg_rbp; 0 = not understood: take the slow path
   bool outermost = false;  // no caller: the return address is undefined, or no FDE covers pc
+  uint16_t why = 0;        // when not understood: the CFA opcode, or one of the why_* codes
   bool rbp_saved = false;
   int32_t cfa_offset = 0;
   int32_t rbp_offset = 0;  // caller's rbp is at CFA + rbp_offset when rbp_saved
@@ -159,7 +162,7 @@ bool parse_cie(const uint8_t* cie, cie_info* out) {
 
 // Runs CFA instructions until the row that covers `target` (loc starts at the function's start).
 bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cfi_state* st,
-             const cfi_state& initial) {
+             const cfi_state& initial, uint16_t* why) {
   cfi_state stack[8];
   int depth = 0;
   auto set_rule = [&](uint64_t reg, bool saved, int64_t off) {
@@ -178,6 +181,7 @@ bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cf
   };
   while (!r.done()) {
     const uint8_t op = r.u8();
+    *why = op;
     const uint8_t low = op & 0x3f;
     switch (op >> 6) {
       case 1: if (!advance(low)) return true; continue;
@@ -234,21 +238,25 @@ frame_rule interpret(uintptr_t pc) {
   }
   reader r(fde, fde + (uint64_t{1} << 20));
   const uint8_t* end = nullptr;
+  rule.why = why_record;
   if (!record_extent(r, &end)) return rule;
   r = reader(r.at(), end);
   const uint8_t* cie_pointer_at = r.at();
   const uint32_t cie_offset = r.fixed<uint32_t>();
   cie_info cie;
+  rule.why = why_cie;
   if (cie_offset == 0 || !parse_cie(cie_pointer_at - cie_offset, &cie) || cie.signal_frame) return rule;
+  rule.why = why_encoding;
   if (!r.skip_encoded(cie.fde_encoding) || !r.skip_encoded(cie.fde_encoding & 0x0f)) return rule;  // begin, range
   if (cie.has_z) r.seek(r.at() + r.uleb());
   if (!r.ok()) return rule;
   cfi_state st;
   uintptr_t loc = reinterpret_cast<uintptr_t>(bases.func);
-  if (!execute(reader(cie.instructions, cie.end), cie, &loc, pc, &st, cfi_state{})) return rule;
+  if (!execute(reader(cie.instructions, cie.end), cie, &loc, pc, &st, cfi_state{}, &rule.why)) return rule;
   const cfi_state initial = st;
   loc = reinterpret_cast<uintptr_t>(bases.func);
-  if (!execute(reader(r.at(), end), cie, &loc, pc, &st, initial)) return rule;
+  if (!execute(reader(r.at(), end), cie, &loc, pc, &st, initial, &rule.why)) return rule;
+  rule.why = why_rule;
   if (st.ra == cfi_state::undefined) {
     rule.outermost = true;  // _start, a thread's start routine
     return rule;
@@ -258,6 +266,7 @@ frame_rule interpret(uintptr_t pc) {
   const bool simple = (st.cfa_reg == reg_rsp || st.cfa_reg == reg_rbp) && st.cfa_offset > 0 &&
                       st.cfa_offset < (1 << 30) && st.ra == cfi_state::offset && st.ra_offset == -8 && rbp_known;
   if (!simple) return rule;
+  rule.why = 0;
   rule.cfa_reg = st.cfa_reg;
   rule.cfa_offset = static_cast<int32_t>(st.cfa_offset);
   rule.rbp_saved = st.rbp == cfi_state::offset;
@@ -305,16 +314,24 @@ const frame_rule& rule_for(thread_cache* c, uintptr_t pc) {
 }
 
 std::atomic<uint64_t> slow_stacks{0};
+std::atomic<uint64_t> last_slow{0};  // pc << 16 | why, of the most recent slow stack
+
+size_t take_slow_path(uintptr_t pc, uint16_t why) {
+  slow_stacks.fetch_add(1, std::memory_order_relaxed);
+  last_slow.store((uint64_t{pc} << 16) | why, std::memory_order_relaxed);
+  return 0;
+}
 
 }  // namespace
 
 bool cfi_unwinder_supported() { return true; }
 uint64_t cfi_slow_stacks() { return slow_stacks.load(std::memory_order_relaxed); }
+uint64_t cfi_last_slow() { return last_slow.load(std::memory_order_relaxed); }
 
 // Reads the saved registers of other frames on purpose: not for the sanitizers to instrument.
 __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace(uintptr_t* out, size_t max) {
   thread_cache* c = cache();
-  if (c->stack_hi == 0) return slow_stacks.fetch_add(1, std::memory_order_relaxed), 0;
+  if (c->stack_hi == 0) return take_slow_path(0, why_no_stack);
   uintptr_t rip, rsp, rbp;
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   bool first = true;
@@ -325,13 +342,13 @@ __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace
     if (rule.outermost) return n;
     // Anything this unwinder does not follow, or a step off this thread's stack: the slow path
     // takes the whole stack, so that a stack is never cut short here.
-    if (rule.cfa_reg == 0) break;
+    if (rule.cfa_reg == 0) return take_slow_path(rip, rule.why);
     const uintptr_t cfa = (rule.cfa_reg == reg_rsp ? rsp : rbp) + static_cast<uintptr_t>(rule.cfa_offset);
-    if (cfa <= rsp || cfa > c->stack_hi || cfa - 8 < c->stack_lo) break;
+    if (cfa <= rsp || cfa > c->stack_hi || cfa - 8 < c->stack_lo) return take_slow_path(rip, why_stack);
     const uintptr_t ra = *reinterpret_cast<const uintptr_t*>(cfa - 8);
     if (rule.rbp_saved) {
       const uintptr_t at = cfa + static_cast<uintptr_t>(static_cast<intptr_t>(rule.rbp_offset));
-      if (at < rsp || at + 8 > c->stack_hi) break;
+      if (at < rsp || at + 8 > c->stack_hi) return take_slow_path(rip, why_stack);
       rbp = *reinterpret_cast<const uintptr_t*>(at);
     }
     if (ra == 0) return n;
@@ -339,9 +356,7 @@ __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace
     rsp = cfa;
     rip = ra;
   }
-  if (n == max) return n;
-  slow_stacks.fetch_add(1, std::memory_order_relaxed);
-  return 0;
+  return n;
 }
 
 }  // namespace tracepool::core
@@ -351,6 +366,7 @@ __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace
 namespace tracepool::core {
 bool cfi_unwinder_supported() { return false; }
 uint64_t cfi_slow_stacks() { return 0; }
+uint64_t cfi_last_slow() { return 0; }
 size_t cfi_backtrace(uintptr_t*, size_t) { return 0; }
 }  // namespace tracepool::core
 

@@ -22,5 +22,8 @@ bool cfi_unwinder_supported();
 size_t cfi_backtrace(uintptr_t* out, size_t max);
 // Captures that needed the slow path, since the process started (all threads).
 uint64_t cfi_slow_stacks();
+// The most recent of them, as (pc << 16) | reason (below 0x100: the CFA opcode not followed;
+// 0x101 CIE, 0x102 pointer encoding, 0x103 register rules, 0x104 left the stack); 0 if none.
+uint64_t cfi_last_slow();
 
 }  // namespace tracepool::core
