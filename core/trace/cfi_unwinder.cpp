@@ -72,6 +72,31 @@ class reader {
     if (shift < 64 && (b & 0x40)) v |= -(int64_t{1} << shift);
     return v;
   }
+  // Reads a pointer of DW_EH_PE `encoding` (absolute, pc-relative or data-relative); false if another.
+  bool read_encoded(uint8_t encoding, uintptr_t dbase, uintptr_t* out) {
+    const uintptr_t field = reinterpret_cast<uintptr_t>(p_);
+    uint64_t v = 0;
+    switch (encoding & 0x0f) {
+      case 0x00: case 0x04: v = fixed<uint64_t>(); break;
+      case 0x0c: v = static_cast<uint64_t>(fixed<int64_t>()); break;
+      case 0x02: v = fixed<uint16_t>(); break;
+      case 0x0a: v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int16_t>())); break;
+      case 0x03: v = fixed<uint32_t>(); break;
+      case 0x0b: v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int32_t>())); break;
+      case 0x01: v = uleb(); break;
+      case 0x09: v = static_cast<uint64_t>(sleb()); break;
+      default: return false;
+    }
+    switch (encoding & 0x70) {
+      case 0x00: break;
+      case 0x10: v += field; break;  // pcrel
+      case 0x30: v += dbase; break;  // datarel
+      default: return false;
+    }
+    *out = static_cast<uintptr_t>(v);
+    return ok() && !(encoding & 0x80);  // indirect: not for code addresses
+  }
+
   // Skips a pointer of DW_EH_PE `encoding`; false if the encoding is unknown.
   bool skip_encoded(uint8_t encoding) {
     if (encoding == 0xff) return true;  // omitted
@@ -100,6 +125,7 @@ struct cfi_state {
 };
 
 struct cie_info {
+  uintptr_t dbase = 0;  // for data-relative pointers (from _Unwind_Find_FDE)
   uint64_t code_align = 1;
   int64_t data_align = 1;
   uint8_t fde_encoding = 0;
@@ -191,7 +217,13 @@ bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cf
     }
     switch (op) {
       case 0x00: break;                                                   // nop
-      case 0x01: return false;                                            // set_loc: needs an encoded address
+      case 0x01: {  // set_loc: an address in the FDE's pointer encoding
+        uintptr_t next = 0;
+        if (!r.read_encoded(cie.fde_encoding, cie.dbase, &next)) return false;
+        if (next > target) return true;
+        *loc = next;
+        break;
+      }
       case 0x02: if (!advance(r.u8())) return true; break;                // advance_loc1
       case 0x03: if (!advance(r.fixed<uint16_t>())) return true; break;  // advance_loc2
       case 0x04: if (!advance(r.fixed<uint32_t>())) return true; break;  // advance_loc4
@@ -248,7 +280,11 @@ frame_rule interpret(uintptr_t pc) {
   if (cie_offset == 0 || !parse_cie(cie_pointer_at - cie_offset, &cie) || cie.signal_frame) return rule;
   rule.why = why_encoding;
   if (!r.skip_encoded(cie.fde_encoding) || !r.skip_encoded(cie.fde_encoding & 0x0f)) return rule;  // begin, range
-  if (cie.has_z) r.seek(r.at() + r.uleb());
+  cie.dbase = reinterpret_cast<uintptr_t>(bases.dbase);
+  if (cie.has_z) {
+    const uint64_t augmentation_bytes = r.uleb();
+    r.seek(r.at() + augmentation_bytes);
+  }
   if (!r.ok()) return rule;
   cfi_state st;
   uintptr_t loc = reinterpret_cast<uintptr_t>(bases.func);

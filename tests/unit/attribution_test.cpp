@@ -273,7 +273,8 @@ TEST_F(Attribution, CaptureDepthBoundsTheFramesKept) {
 }
 
 // Stacks of several shapes, each allocating a size of its own: a plain chain, a callback from libc
-// (qsort), a std::function, a recursion, a frame with alloca, and a thread's stack.
+// (qsort), a std::function, a recursion, a frame with alloca, one with an exception table, and a
+// thread's stack.
 __attribute__((noinline)) void alloc_sized(tracepool_t* tp, size_t bytes) {
   void* p = nullptr;
   ASSERT_EQ(tracepool_malloc(tp, bytes, 0, nullptr, &p), TRACEPOOL_OK);
@@ -302,6 +303,13 @@ __attribute__((noinline)) void with_alloca(tracepool_t* tp, size_t n) {
   KEEP_FRAME();
 }
 
+// A local with a destructor gives the frame an exception table (an LSDA in its FDE's augmentation).
+__attribute__((noinline)) void with_cleanup(tracepool_t* tp) {
+  std::vector<int> cleanup(static_cast<size_t>(3) + kept.size(), 1);
+  alloc_sized(tp, 6666 + static_cast<size_t>(cleanup[0]) - 1);
+  KEEP_FRAME();
+}
+
 void allocate_in_every_shape(tracepool_t* tp) {
   small_chain_outer(tp, 1);
   qsort_tp = tp;
@@ -312,6 +320,7 @@ void allocate_in_every_shape(tracepool_t* tp) {
   fn();
   recurse_then_allocate(tp, 40);
   with_alloca(tp, 100 + kept.size());
+  with_cleanup(tp);
   std::thread([tp] { alloc_sized(tp, 4444); }).join();
 }
 
@@ -340,7 +349,7 @@ TEST_F(Attribution, UnwindersAgreeFrameForFrame) {
       for (const json& f : e["frames"]) addresses.push_back(f["address"]);
       by_size[std::to_string(e["bytes"].get<int64_t>())] = addresses;
     }
-    EXPECT_EQ(by_size.size(), 6u) << r["leaks"].dump(1);
+    EXPECT_EQ(by_size.size(), 7u) << r["leaks"].dump(1);
     if (!stacks.empty())
       EXPECT_EQ(r["capture"]["cfi_slow_stacks"], slow_before) << unwinder << ": cfi followed every stack itself";
     slow_before = r["capture"]["cfi_slow_stacks"];
