@@ -66,8 +66,10 @@ std::string site_key(const std::vector<std::string>& tags, const std::vector<fra
   for (const std::string& t : tags) key += t + '\x1f';
   key += '\x1e';
   for (const frame_info& f : frames) {
-    if (f.function.empty() && f.file.empty()) key += std::to_string(f.address);
-    else key += f.function + '\x1f' + f.file + '\x1f' + std::to_string(f.line) + '\x1f' + f.module;
+    if (f.function.empty() && f.file.empty())
+      key += std::to_string(f.address);
+    else
+      key += f.function + '\x1f' + f.file + '\x1f' + std::to_string(f.line) + '\x1f' + f.module;
     key += '\x1e';
   }
   return key;
@@ -202,12 +204,14 @@ status build_report(allocator& a, const char* reason, report* out) {
     g.summary.total_blocks = whole_blocks(g.summary.total_blocks);
     g.summary.growing = is_growing(g.summary.live_at_marks);
   }
-  std::sort(groups.begin(), groups.end(), [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
+  std::sort(groups.begin(), groups.end(),
+            [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
 
   // 4. Retained: live blocks that outlived at least one mark, by site and the epoch of their birth.
   for (size_t i = 0; i < groups.size(); ++i) {
     for (const auto& [birth, tally] : groups[i].by_birth)
-      if (birth < marks.size()) r.retained.push_back(retained_summary{i, birth, tally.first, whole_blocks(tally.second)});
+      if (birth < marks.size())
+        r.retained.push_back(retained_summary{i, birth, tally.first, whole_blocks(tally.second)});
     r.leaks.push_back(std::move(groups[i].summary));
   }
   std::sort(r.retained.begin(), r.retained.end(), [](const retained_summary& x, const retained_summary& y) {

@@ -22,12 +22,12 @@ inline constexpr const char* report_schema = "tracepool.report/1";
 struct site_summary {
   uint32_t site = 0;  // 0: no call site known (capture off, or the table was full)
   std::vector<std::string> tags;
-  std::vector<frame_info> frames;     // innermost first, tracepool's own frames removed
-  int64_t bytes = 0;                  // live requested bytes
+  std::vector<frame_info> frames;  // innermost first, tracepool's own frames removed
+  int64_t bytes = 0;               // live requested bytes
   int64_t blocks = 0;
-  int64_t block_bytes = 0;            // live bytes at the rounded sizes the device holds
-  int64_t peak_bytes = 0;             // highest live bytes (summed over merged stacks: an upper bound)
-  int64_t total_bytes = 0;            // allocated since the start (freed or not)
+  int64_t block_bytes = 0;  // live bytes at the rounded sizes the device holds
+  int64_t peak_bytes = 0;   // highest live bytes (summed over merged stacks: an upper bound)
+  int64_t total_bytes = 0;  // allocated since the start (freed or not)
   int64_t total_blocks = 0;
   std::vector<int64_t> live_at_marks;  // live bytes when each mark was made
   bool growing = false;                // see is_growing()

@@ -51,7 +51,8 @@ status write_file_atomically(const std::string& path, const std::string& content
   if (path.empty()) return fail(status::invalid_argument, "write_report: path is empty");
   std::string temp = path + ".tmp.XXXXXX";
   const int fd = mkstemp(temp.data());  // O_CREAT | O_EXCL: never opens an existing file or link
-  if (fd < 0) return fail(status::invalid_argument, "write_report: cannot create %s: %s", temp.c_str(), std::strerror(errno));
+  if (fd < 0)
+    return fail(status::invalid_argument, "write_report: cannot create %s: %s", temp.c_str(), std::strerror(errno));
   const bool ok = fchmod(fd, 0666 & ~current_umask()) == 0 && write_all(fd, content) && fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
@@ -73,10 +74,14 @@ status write_report_to(const report& r, const char* path, const char* format) {
   const std::string where = path;
   const std::string fmt = format == nullptr ? "" : format;
   bool json;
-  if (fmt == "json") json = true;
-  else if (fmt == "text") json = false;
-  else if (fmt.empty()) json = ends_with(where, ".json");
-  else return fail(status::invalid_argument, "write_report: format '%s' is not json or text", fmt.c_str());
+  if (fmt == "json")
+    json = true;
+  else if (fmt == "text")
+    json = false;
+  else if (fmt.empty())
+    json = ends_with(where, ".json");
+  else
+    return fail(status::invalid_argument, "write_report: format '%s' is not json or text", fmt.c_str());
   const std::string content = json ? to_json(r) : to_text(r);
   if (where == "stderr") {
     std::fwrite(content.data(), 1, content.size(), stderr);

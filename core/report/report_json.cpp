@@ -16,11 +16,21 @@ class json_out {
     text += '"';
     for (unsigned char c : s) {
       switch (c) {
-        case '"': text += "\\\""; break;
-        case '\\': text += "\\\\"; break;
-        case '\n': text += "\\n"; break;
-        case '\r': text += "\\r"; break;
-        case '\t': text += "\\t"; break;
+        case '"':
+          text += "\\\"";
+          break;
+        case '\\':
+          text += "\\\\";
+          break;
+        case '\n':
+          text += "\\n";
+          break;
+        case '\r':
+          text += "\\r";
+          break;
+        case '\t':
+          text += "\\t";
+          break;
         default:
           if (c < 0x20) {
             char buf[8];
@@ -73,14 +83,20 @@ void frames(json_out& j, const std::vector<frame_info>& frames) {
     std::snprintf(address, sizeof address, "0x%" PRIxPTR, f.address);
     j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
     j.key("file");
-    if (f.file.empty()) j.null();
-    else j.value(f.file);
+    if (f.file.empty())
+      j.null();
+    else
+      j.value(f.file);
     j.key("line");
-    if (f.line <= 0) j.null();
-    else j.value(static_cast<int64_t>(f.line));
+    if (f.line <= 0)
+      j.null();
+    else
+      j.value(static_cast<int64_t>(f.line));
     j.key("module");
-    if (f.module.empty()) j.null();
-    else j.value(f.module);
+    if (f.module.empty())
+      j.null();
+    else
+      j.value(f.module);
     j.key("address"), j.value(std::string(address));
     j.close('}');
   }
@@ -179,8 +195,10 @@ std::string to_json(const report& r) {
     j.key("bytes"), j.value(t.bytes);
     j.key("blocks"), j.value(t.blocks);
     j.key("born_after_mark");
-    if (t.born_after == 0) j.null();
-    else j.value(r.marks[t.born_after - 1].label);
+    if (t.born_after == 0)
+      j.null();
+    else
+      j.value(r.marks[t.born_after - 1].label);
     j.key("marks_survived"), j.value(static_cast<int64_t>(r.marks.size() - t.born_after));
     tags(j, s.tags);
     frames(j, s.frames);

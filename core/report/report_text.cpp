@@ -73,8 +73,10 @@ std::string to_text(const report& r, size_t top) {
   std::string out;
   const bool estimated = r.sample_bytes != 0;
   out += printf_string("== tracepool report (%s): %s backend", r.reason.c_str(), r.backend.c_str());
-  if (r.capture == "off") out += ", call-site capture off\n";
-  else out += printf_string(", %s stacks of up to %d frames", r.unwinder.c_str(), r.capture_depth);
+  if (r.capture == "off")
+    out += ", call-site capture off\n";
+  else
+    out += printf_string(", %s stacks of up to %d frames", r.unwinder.c_str(), r.capture_depth);
   if (r.capture != "off")
     out += estimated ? printf_string(", sampled every %s on average: site figures are estimates\n",
                                      human_bytes(static_cast<int64_t>(r.sample_bytes)).c_str())
@@ -132,8 +134,9 @@ std::string to_text(const report& r, size_t top) {
       out += printf_string("  %-24s %s live\n", m.label.c_str(), human_bytes(m.live_bytes).c_str());
   }
 
-  out += "\nCached: reserved but free (a caching allocator keeps it for reuse; empty_cache returns it), by the site "
-         "that last used it:\n";
+  out +=
+      "\nCached: reserved but free (a caching allocator keeps it for reuse; empty_cache returns it), by the site "
+      "that last used it:\n";
   if (r.cached.empty()) out += "  none\n";
   for (size_t i = 0; i < r.cached.size() && i < top; ++i) {
     const cached_summary& c = r.cached[i];

@@ -30,7 +30,7 @@ struct site_record {
   std::atomic<bool> ready{false};
 
   std::atomic<int64_t> live_bytes{0};
-  std::atomic<int64_t> live_blocks{0};   // x block_unit
+  std::atomic<int64_t> live_blocks{0};  // x block_unit
   std::atomic<int64_t> peak_bytes{0};
   std::atomic<int64_t> total_bytes{0};   // allocated since creation
   std::atomic<int64_t> total_blocks{0};  // x block_unit

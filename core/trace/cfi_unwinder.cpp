@@ -25,8 +25,8 @@ enum : uint16_t { why_record = 0x100, why_cie, why_encoding, why_rule, why_stack
 
 // How to step from a frame to its caller.
 struct frame_rule {
-  uintptr_t pc = 0;     // the address it was interpreted for (cache key); 0 = empty slot
-  uint8_t cfa_reg = 0;  // reg_rsp or reg_rbp; 0 = not understood: take the slow path
+  uintptr_t pc = 0;        // the address it was interpreted for (cache key); 0 = empty slot
+  uint8_t cfa_reg = 0;     // reg_rsp or reg_rbp; 0 = not understood: take the slow path
   bool outermost = false;  // no caller: the return address is undefined, or no FDE covers pc
   uint16_t why = 0;        // when not understood: the CFA opcode, or one of the why_* codes
   bool rbp_saved = false;
@@ -77,21 +77,45 @@ class reader {
     const uintptr_t field = reinterpret_cast<uintptr_t>(p_);
     uint64_t v = 0;
     switch (encoding & 0x0f) {
-      case 0x00: case 0x04: v = fixed<uint64_t>(); break;
-      case 0x0c: v = static_cast<uint64_t>(fixed<int64_t>()); break;
-      case 0x02: v = fixed<uint16_t>(); break;
-      case 0x0a: v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int16_t>())); break;
-      case 0x03: v = fixed<uint32_t>(); break;
-      case 0x0b: v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int32_t>())); break;
-      case 0x01: v = uleb(); break;
-      case 0x09: v = static_cast<uint64_t>(sleb()); break;
-      default: return false;
+      case 0x00:
+      case 0x04:
+        v = fixed<uint64_t>();
+        break;
+      case 0x0c:
+        v = static_cast<uint64_t>(fixed<int64_t>());
+        break;
+      case 0x02:
+        v = fixed<uint16_t>();
+        break;
+      case 0x0a:
+        v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int16_t>()));
+        break;
+      case 0x03:
+        v = fixed<uint32_t>();
+        break;
+      case 0x0b:
+        v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int32_t>()));
+        break;
+      case 0x01:
+        v = uleb();
+        break;
+      case 0x09:
+        v = static_cast<uint64_t>(sleb());
+        break;
+      default:
+        return false;
     }
     switch (encoding & 0x70) {
-      case 0x00: break;
-      case 0x10: v += field; break;  // pcrel
-      case 0x30: v += dbase; break;  // datarel
-      default: return false;
+      case 0x00:
+        break;
+      case 0x10:
+        v += field;
+        break;  // pcrel
+      case 0x30:
+        v += dbase;
+        break;  // datarel
+      default:
+        return false;
     }
     *out = static_cast<uintptr_t>(v);
     return ok() && !(encoding & 0x80);  // indirect: not for code addresses
@@ -101,12 +125,27 @@ class reader {
   bool skip_encoded(uint8_t encoding) {
     if (encoding == 0xff) return true;  // omitted
     switch (encoding & 0x0f) {
-      case 0x00: case 0x04: case 0x0c: p_ += 8; break;  // absptr, udata8, sdata8
-      case 0x02: case 0x0a: p_ += 2; break;
-      case 0x03: case 0x0b: p_ += 4; break;
-      case 0x01: uleb(); break;
-      case 0x09: sleb(); break;
-      default: return false;
+      case 0x00:
+      case 0x04:
+      case 0x0c:
+        p_ += 8;
+        break;  // absptr, udata8, sdata8
+      case 0x02:
+      case 0x0a:
+        p_ += 2;
+        break;
+      case 0x03:
+      case 0x0b:
+        p_ += 4;
+        break;
+      case 0x01:
+        uleb();
+        break;
+      case 0x09:
+        sleb();
+        break;
+      default:
+        return false;
     }
     return ok();
   }
@@ -168,16 +207,24 @@ bool parse_cie(const uint8_t* cie, cie_info* out) {
         aug_end = r.at() + n;
         break;
       }
-      case 'R': out->fde_encoding = r.u8(); break;
-      case 'L': r.u8(); break;
+      case 'R':
+        out->fde_encoding = r.u8();
+        break;
+      case 'L':
+        r.u8();
+        break;
       case 'P': {
         const uint8_t enc = r.u8();
         if (!r.skip_encoded(enc & 0x7f)) return false;
         break;
       }
-      case 'S': out->signal_frame = true; break;
-      case 'B': break;
-      default: return false;  // unknown augmentation: its data cannot be skipped safely
+      case 'S':
+        out->signal_frame = true;
+        break;
+      case 'B':
+        break;
+      default:
+        return false;  // unknown augmentation: its data cannot be skipped safely
     }
   }
   if (aug_end != nullptr) r.seek(aug_end);
@@ -187,8 +234,8 @@ bool parse_cie(const uint8_t* cie, cie_info* out) {
 }
 
 // Runs CFA instructions until the row that covers `target` (loc starts at the function's start).
-bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cfi_state* st,
-             const cfi_state& initial, uint16_t* why) {
+bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cfi_state* st, const cfi_state& initial,
+             uint16_t* why) {
   cfi_state stack[8];
   int depth = 0;
   auto set_rule = [&](uint64_t reg, bool saved, int64_t off) {
@@ -210,13 +257,21 @@ bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cf
     *why = op;
     const uint8_t low = op & 0x3f;
     switch (op >> 6) {
-      case 1: if (!advance(low)) return true; continue;
-      case 2: set_rule(low, true, static_cast<int64_t>(r.uleb()) * cie.data_align); continue;
-      case 3: restore(low); continue;
-      default: break;
+      case 1:
+        if (!advance(low)) return true;
+        continue;
+      case 2:
+        set_rule(low, true, static_cast<int64_t>(r.uleb()) * cie.data_align);
+        continue;
+      case 3:
+        restore(low);
+        continue;
+      default:
+        break;
     }
     switch (op) {
-      case 0x00: break;                                                   // nop
+      case 0x00:
+        break;      // nop
       case 0x01: {  // set_loc: an address in the FDE's pointer encoding
         uintptr_t next = 0;
         if (!r.read_encoded(cie.fde_encoding, cie.dbase, &next)) return false;
@@ -224,34 +279,100 @@ bool execute(reader r, const cie_info& cie, uintptr_t* loc, uintptr_t target, cf
         *loc = next;
         break;
       }
-      case 0x02: if (!advance(r.u8())) return true; break;                // advance_loc1
-      case 0x03: if (!advance(r.fixed<uint16_t>())) return true; break;  // advance_loc2
-      case 0x04: if (!advance(r.fixed<uint32_t>())) return true; break;  // advance_loc4
-      case 0x05: { const uint64_t reg = r.uleb(); set_rule(reg, true, static_cast<int64_t>(r.uleb()) * cie.data_align); break; }
-      case 0x06: restore(r.uleb()); break;
-      case 0x07: set_rule(r.uleb(), false, 0); break;                     // undefined
-      case 0x08: { const uint64_t reg = r.uleb(); if (reg == reg_rbp) st->rbp = cfi_state::unchanged; else set_rule(reg, false, 0); break; }
-      case 0x09: { const uint64_t reg = r.uleb(); r.uleb(); if (reg == reg_rbp || reg == reg_ra) return false; break; }
-      case 0x0a: if (depth == 8) return false; stack[depth++] = *st; break;  // remember_state
-      case 0x0b: if (depth == 0) return false; *st = stack[--depth]; break;  // restore_state (CFA included)
-      case 0x0c: st->cfa_reg = static_cast<uint8_t>(r.uleb()); st->cfa_offset = static_cast<int64_t>(r.uleb()); break;
-      case 0x0d: st->cfa_reg = static_cast<uint8_t>(r.uleb()); break;
-      case 0x0e: st->cfa_offset = static_cast<int64_t>(r.uleb()); break;
-      case 0x0f: return false;  // def_cfa_expression
-      case 0x10: case 0x16: {   // expression, val_expression: fine unless it is a register we need
+      case 0x02:
+        if (!advance(r.u8())) return true;
+        break;  // advance_loc1
+      case 0x03:
+        if (!advance(r.fixed<uint16_t>())) return true;
+        break;  // advance_loc2
+      case 0x04:
+        if (!advance(r.fixed<uint32_t>())) return true;
+        break;  // advance_loc4
+      case 0x05: {
+        const uint64_t reg = r.uleb();
+        set_rule(reg, true, static_cast<int64_t>(r.uleb()) * cie.data_align);
+        break;
+      }
+      case 0x06:
+        restore(r.uleb());
+        break;
+      case 0x07:
+        set_rule(r.uleb(), false, 0);
+        break;  // undefined
+      case 0x08: {
+        const uint64_t reg = r.uleb();
+        if (reg == reg_rbp)
+          st->rbp = cfi_state::unchanged;
+        else
+          set_rule(reg, false, 0);
+        break;
+      }
+      case 0x09: {
+        const uint64_t reg = r.uleb();
+        r.uleb();
+        if (reg == reg_rbp || reg == reg_ra) return false;
+        break;
+      }
+      case 0x0a:
+        if (depth == 8) return false;
+        stack[depth++] = *st;
+        break;  // remember_state
+      case 0x0b:
+        if (depth == 0) return false;
+        *st = stack[--depth];
+        break;  // restore_state (CFA included)
+      case 0x0c:
+        st->cfa_reg = static_cast<uint8_t>(r.uleb());
+        st->cfa_offset = static_cast<int64_t>(r.uleb());
+        break;
+      case 0x0d:
+        st->cfa_reg = static_cast<uint8_t>(r.uleb());
+        break;
+      case 0x0e:
+        st->cfa_offset = static_cast<int64_t>(r.uleb());
+        break;
+      case 0x0f:
+        return false;  // def_cfa_expression
+      case 0x10:
+      case 0x16: {  // expression, val_expression: fine unless it is a register we need
         const uint64_t reg = r.uleb();
         const uint64_t n = r.uleb();
         if (reg == reg_rbp || reg == reg_ra) return false;
         r.seek(r.at() + n);
         break;
       }
-      case 0x11: { const uint64_t reg = r.uleb(); set_rule(reg, true, r.sleb() * cie.data_align); break; }
-      case 0x12: st->cfa_reg = static_cast<uint8_t>(r.uleb()); st->cfa_offset = r.sleb() * cie.data_align; break;
-      case 0x13: st->cfa_offset = r.sleb() * cie.data_align; break;
-      case 0x14: case 0x15: { const uint64_t reg = r.uleb(); if (op == 0x14) r.uleb(); else r.sleb(); if (reg == reg_rbp || reg == reg_ra) return false; break; }
-      case 0x2e: r.uleb(); break;  // GNU_args_size
-      case 0x2f: { const uint64_t reg = r.uleb(); set_rule(reg, true, -static_cast<int64_t>(r.uleb()) * cie.data_align); break; }
-      default: return false;
+      case 0x11: {
+        const uint64_t reg = r.uleb();
+        set_rule(reg, true, r.sleb() * cie.data_align);
+        break;
+      }
+      case 0x12:
+        st->cfa_reg = static_cast<uint8_t>(r.uleb());
+        st->cfa_offset = r.sleb() * cie.data_align;
+        break;
+      case 0x13:
+        st->cfa_offset = r.sleb() * cie.data_align;
+        break;
+      case 0x14:
+      case 0x15: {
+        const uint64_t reg = r.uleb();
+        if (op == 0x14)
+          r.uleb();
+        else
+          r.sleb();
+        if (reg == reg_rbp || reg == reg_ra) return false;
+        break;
+      }
+      case 0x2e:
+        r.uleb();
+        break;  // GNU_args_size
+      case 0x2f: {
+        const uint64_t reg = r.uleb();
+        set_rule(reg, true, -static_cast<int64_t>(r.uleb()) * cie.data_align);
+        break;
+      }
+      default:
+        return false;
     }
     if (!r.ok()) return false;
   }

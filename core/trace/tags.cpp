@@ -39,7 +39,8 @@ status check_label(const char* what, const char* label) {
   if (label == nullptr) return fail(status::invalid_argument, "%s: label is NULL", what);
   const size_t n = strnlen(label, max_label_bytes + 1);
   if (n == 0) return fail(status::invalid_argument, "%s: label is empty", what);
-  if (n > max_label_bytes) return fail(status::invalid_argument, "%s: label is longer than %zu bytes", what, max_label_bytes);
+  if (n > max_label_bytes)
+    return fail(status::invalid_argument, "%s: label is longer than %zu bytes", what, max_label_bytes);
   for (size_t i = 0; i < n; ++i)
     if (static_cast<unsigned char>(label[i]) < 0x20)
       return fail(status::invalid_argument, "%s: label contains a control character", what);
@@ -52,7 +53,8 @@ status push_tag(const char* label) {
   std::lock_guard<std::mutex> lock(r.mutex);
   const int depth = r.nodes[tls_tags].depth;
   if (depth >= max_tag_depth)
-    return fail(status::invalid_argument, "tag_push('%s'): %d tags are already pushed on this thread", label, max_tag_depth);
+    return fail(status::invalid_argument, "tag_push('%s'): %d tags are already pushed on this thread", label,
+                max_tag_depth);
   auto [lit, new_label] = r.label_ids.emplace(label, static_cast<uint32_t>(r.labels.size()));
   if (new_label) r.labels.emplace_back(label);
   const std::pair<uint32_t, uint32_t> key{tls_tags, lit->second};
@@ -77,7 +79,8 @@ std::vector<std::string> tag_labels(uint32_t tags) {
   tag_registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::string> out;
-  for (uint32_t t = tags; t != 0 && t < r.nodes.size(); t = r.nodes[t].parent) out.push_back(r.labels[r.nodes[t].label]);
+  for (uint32_t t = tags; t != 0 && t < r.nodes.size(); t = r.nodes[t].parent)
+    out.push_back(r.labels[r.nodes[t].label]);
   return {out.rbegin(), out.rend()};
 }
 

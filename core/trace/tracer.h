@@ -23,8 +23,8 @@ namespace tracepool::core {
 
 struct mark_record {
   std::string label;
-  uint64_t time_ns = 0;                                // CLOCK_REALTIME
-  int64_t live_bytes = 0;                              // requested bytes live on all devices (exact)
+  uint64_t time_ns = 0;                                 // CLOCK_REALTIME
+  int64_t live_bytes = 0;                               // requested bytes live on all devices (exact)
   std::vector<std::pair<uint32_t, int64_t>> site_live;  // estimated live bytes per site, sites with any
 };
 

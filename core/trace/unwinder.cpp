@@ -3,9 +3,8 @@
 #include <dlfcn.h>
 #include <link.h>
 
-#include <iterator>
-
 #include <boost/stacktrace/safe_dump_to.hpp>
+#include <iterator>
 
 #include "trace/cfi_unwinder.h"
 
@@ -69,8 +68,7 @@ status unwinder::make(unwinder_choice choice, unwinder* out) {
     u.kind_ = kind::cfi;
   } else if (choice == unwinder_choice::cfi) {
     return fail(status::unavailable, "TRACEPOOL_CONF: unwinder:cfi needs x86-64 Linux (use unwinder:auto or boost)");
-  } else if ((choice == unwinder_choice::libunwind || (automatic && auto_prefers_libunwind)) &&
-             libunwind_available()) {
+  } else if ((choice == unwinder_choice::libunwind || (automatic && auto_prefers_libunwind)) && libunwind_available()) {
     u.kind_ = kind::libunwind;
     u.unw_backtrace_ = reinterpret_cast<unw_backtrace_fn>(libunwind_symbol());
   } else if (choice == unwinder_choice::libunwind) {

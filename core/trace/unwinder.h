@@ -37,9 +37,7 @@ class unwinder {
   static bool libunwind_available();
 
   kind which() const { return kind_; }
-  const char* name() const {
-    return kind_ == kind::libunwind ? "libunwind" : kind_ == kind::cfi ? "cfi" : "boost";
-  }
+  const char* name() const { return kind_ == kind::libunwind ? "libunwind" : kind_ == kind::cfi ? "cfi" : "boost"; }
   // Up to `max` return addresses, innermost first, starting inside the caller of capture().
   size_t capture(uintptr_t* out, size_t max) const;
 
