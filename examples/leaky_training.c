@@ -98,6 +98,7 @@ int main(void) {
   printf("at exit: %.2f MiB still allocated in %llu blocks, %.2f MiB reserved (nvidia-smi would show this)\n",
          s.allocated_bytes.current / (double)MiB, (unsigned long long)s.allocation.current,
          s.reserved_bytes.current / (double)MiB);
+  fflush(stdout); /* before the report, which goes to stderr */
   if (getenv("TRACEPOOL_REPORT") == NULL) /* otherwise tracepool writes it at exit */
     return tracepool_write_report(tp, "stderr", "text") == TRACEPOOL_OK ? 0 : 1;
   return 0;
