@@ -73,14 +73,18 @@ class json_out {
   bool first_ = true;
 };
 
+std::string hex(uintptr_t address) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%" PRIxPTR, address);
+  return text;
+}
+
 void frames(json_out& j, const std::vector<frame_info>& frames) {
   j.key("frames");
   j.open('[');
   for (const frame_info& f : frames) {
     j.open('{');
     j.key("kind"), j.value(std::string("native"));
-    char address[24];
-    std::snprintf(address, sizeof address, "0x%" PRIxPTR, f.address);
     j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
     j.key("file");
     if (f.file.empty())
@@ -97,7 +101,7 @@ void frames(json_out& j, const std::vector<frame_info>& frames) {
       j.null();
     else
       j.value(f.module);
-    j.key("address"), j.value(std::string(address));
+    j.key("address"), j.value(hex(f.address));
     j.close('}');
   }
   j.close(']');
@@ -137,9 +141,7 @@ std::string to_json(const report& r) {
     j.key("reason"), j.value(static_cast<int64_t>(r.cfi_last_slow_reason));
     j.key("function"), j.value(r.cfi_last_slow_frame.function);
     j.key("module"), j.value(r.cfi_last_slow_frame.module);
-    char address[24];
-    std::snprintf(address, sizeof address, "0x%" PRIxPTR, r.cfi_last_slow_frame.address);
-    j.key("address"), j.value(std::string(address));
+    j.key("address"), j.value(hex(r.cfi_last_slow_frame.address));
     j.close('}');
   }
   j.close('}');

@@ -72,39 +72,44 @@ class reader {
     if (shift < 64 && (b & 0x40)) v |= -(int64_t{1} << shift);
     return v;
   }
-  // Reads a pointer of DW_EH_PE `encoding` (absolute, pc-relative or data-relative); false if another.
-  bool read_encoded(uint8_t encoding, uintptr_t dbase, uintptr_t* out) {
-    const uintptr_t field = reinterpret_cast<uintptr_t>(p_);
-    uint64_t v = 0;
+  // The value of a pointer in DW_EH_PE `encoding`'s format (low four bits); false if unknown.
+  bool read_format(uint8_t encoding, uint64_t* v) {
     switch (encoding & 0x0f) {
-      case 0x00:
+      case 0x00:  // absptr
       case 0x04:
-        v = fixed<uint64_t>();
+        *v = fixed<uint64_t>();
         break;
       case 0x0c:
-        v = static_cast<uint64_t>(fixed<int64_t>());
+        *v = static_cast<uint64_t>(fixed<int64_t>());
         break;
       case 0x02:
-        v = fixed<uint16_t>();
+        *v = fixed<uint16_t>();
         break;
       case 0x0a:
-        v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int16_t>()));
+        *v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int16_t>()));
         break;
       case 0x03:
-        v = fixed<uint32_t>();
+        *v = fixed<uint32_t>();
         break;
       case 0x0b:
-        v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int32_t>()));
+        *v = static_cast<uint64_t>(static_cast<int64_t>(fixed<int32_t>()));
         break;
       case 0x01:
-        v = uleb();
+        *v = uleb();
         break;
       case 0x09:
-        v = static_cast<uint64_t>(sleb());
+        *v = static_cast<uint64_t>(sleb());
         break;
       default:
         return false;
     }
+    return ok();
+  }
+  // Reads a pointer of DW_EH_PE `encoding` (absolute, pc-relative or data-relative); false if another.
+  bool read_encoded(uint8_t encoding, uintptr_t dbase, uintptr_t* out) {
+    const uintptr_t field = reinterpret_cast<uintptr_t>(p_);
+    uint64_t v = 0;
+    if (!read_format(encoding, &v)) return false;
     switch (encoding & 0x70) {
       case 0x00:
         break;
@@ -118,36 +123,12 @@ class reader {
         return false;
     }
     *out = static_cast<uintptr_t>(v);
-    return ok() && !(encoding & 0x80);  // indirect: not for code addresses
+    return !(encoding & 0x80);  // indirect: not for code addresses
   }
-
   // Skips a pointer of DW_EH_PE `encoding`; false if the encoding is unknown.
   bool skip_encoded(uint8_t encoding) {
-    if (encoding == 0xff) return true;  // omitted
-    switch (encoding & 0x0f) {
-      case 0x00:
-      case 0x04:
-      case 0x0c:
-        p_ += 8;
-        break;  // absptr, udata8, sdata8
-      case 0x02:
-      case 0x0a:
-        p_ += 2;
-        break;
-      case 0x03:
-      case 0x0b:
-        p_ += 4;
-        break;
-      case 0x01:
-        uleb();
-        break;
-      case 0x09:
-        sleb();
-        break;
-      default:
-        return false;
-    }
-    return ok();
+    uint64_t ignored = 0;
+    return encoding == 0xff || read_format(encoding, &ignored);  // 0xff: omitted
   }
 
  private:

@@ -44,7 +44,6 @@ class tracer {
 
   status mark(const char* label, int64_t live_bytes);
   std::vector<mark_record> marks();
-  uint32_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
 
   call_site_table& sites() { return sites_; }
   capture_mode mode() const { return mode_; }

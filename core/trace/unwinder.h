@@ -36,7 +36,6 @@ class unwinder {
   static status make(unwinder_choice choice, unwinder* out);
   static bool libunwind_available();
 
-  kind which() const { return kind_; }
   const char* name() const { return kind_ == kind::libunwind ? "libunwind" : kind_ == kind::cfi ? "cfi" : "boost"; }
   // Up to `max` return addresses, innermost first, starting inside the caller of capture().
   size_t capture(uintptr_t* out, size_t max) const;
