@@ -2,6 +2,7 @@
 // (status or exception) into a status code with a thread-local message. Nothing throws past here.
 #include "tracepool/tracepool.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "config.h"
 #include "report/report.h"
 #include "status.h"
+#include "trace/script_frames.h"
 #include "trace/tags.h"
 
 using tracepool::status;
@@ -98,6 +100,54 @@ tracepool_stats_t to_c(const core::device_stats& st) {
   return c;
 }
 
+// The process-wide instance: made on first use from tracepool_configure_default()'s text or
+// TRACEPOOL_CONF, and never destroyed: frees arrive from other threads and atexit handlers until the
+// very end of the process (notes/pytorch.md §1.4). Leaked, so no static destructor races them.
+struct default_state {
+  std::mutex mutex;
+  bool made = false;        // creation was tried (the result, good or bad, is final)
+  bool configured = false;  // conf came from tracepool_configure_default
+  std::string conf;         // the text it was (or will be) made from
+  std::string failure;      // why creation failed
+};
+default_state& default_slot() {
+  static default_state* d = new default_state;
+  return *d;
+}
+std::atomic<tracepool_t*> default_instance{nullptr};
+
+// Adapts a C frame provider (tracepool_set_frame_provider) to the core's interface.
+class c_frame_provider final : public core::script_provider {
+ public:
+  explicit c_frame_provider(const tracepool_frame_provider_t& p) : p_(p) {}
+  size_t capture(uintptr_t* words, size_t max_frames) override { return p_.capture(words, max_frames); }
+  bool describe(const uintptr_t* words, size_t frames, core::described_frame* out) override {
+    std::unique_ptr<tracepool_script_frame_t[]> c(new tracepool_script_frame_t[frames]());
+    if (p_.describe(words, frames, c.get()) != 0) return false;
+    for (size_t i = 0; i < frames; ++i) {
+      const tracepool_script_frame_t& f = c[i];
+      out[i].file = std::string_view(f.file != nullptr ? f.file : "", f.file != nullptr ? f.file_len : 0);
+      out[i].function = std::string_view(f.function != nullptr ? f.function : "", f.function != nullptr ? f.function_len : 0);
+      out[i].line = f.line;
+      out[i].flags = f.flags;
+    }
+    return true;
+  }
+  uintptr_t eval_begin() const override { return p_.eval_begin; }
+  uintptr_t eval_end() const override { return p_.eval_end; }
+
+ private:
+  const tracepool_frame_provider_t p_;
+};
+
+status copy_out(const std::string& text, char** out) {
+  char* s = static_cast<char*>(std::malloc(text.size() + 1));
+  if (s == nullptr) return tracepool::fail(status::internal, "host memory exhausted (%zu bytes)", text.size() + 1);
+  std::memcpy(s, text.c_str(), text.size() + 1);
+  *out = s;
+  return status::ok;
+}
+
 // TRACEPOOL_REPORT: the default instance's report, written when the process exits.
 void write_exit_report() {
   const char* path = std::getenv("TRACEPOOL_REPORT");
@@ -116,19 +166,43 @@ void write_exit_report() {
 extern "C" {
 
 tracepool_t* tracepool_default(void) {
-  // Created once and never destroyed: frees arrive from other threads and atexit handlers until the
-  // very end of the process (notes/pytorch.md §1.4).
-  static std::once_flag once;
-  static tracepool_t* instance = nullptr;
-  static std::string* failure = nullptr;
-  std::call_once(once, [] {
-    const int rc = guarded("tracepool_default", [] { return create(std::getenv("TRACEPOOL_CONF"), true, &instance); });
-    if (rc != TRACEPOOL_OK) failure = new std::string(tracepool::last_error());
+  if (tracepool_t* tp = default_instance.load(std::memory_order_acquire); tp != nullptr) return tp;
+  default_state& d = default_slot();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (!d.made) {
+    d.made = true;
+    if (!d.configured) {
+      const char* env = std::getenv("TRACEPOOL_CONF");
+      d.conf = env != nullptr ? env : "";
+    }
+    tracepool_t* tp = nullptr;
+    const int rc = guarded("tracepool_default", [&] { return create(d.conf.c_str(), true, &tp); });
+    if (rc != TRACEPOOL_OK) d.failure = tracepool::last_error();
     const char* report = std::getenv("TRACEPOOL_REPORT");
     if (rc == TRACEPOOL_OK && report != nullptr && *report != '\0') std::atexit(write_exit_report);
+    default_instance.store(tp, std::memory_order_release);
+  }
+  tracepool_t* tp = default_instance.load(std::memory_order_relaxed);
+  if (tp == nullptr) tracepool::fail(status::unavailable, "%s", d.failure.c_str());
+  return tp;
+}
+
+int tracepool_configure_default(const char* conf) {
+  return guarded("tracepool_configure_default", [&] {
+    const std::string text = conf != nullptr ? conf : "";
+    core::config cfg;
+    if (status s = core::parse_config(text.c_str(), &cfg); s != status::ok) return s;
+    default_state& d = default_slot();
+    std::lock_guard<std::mutex> lock(d.mutex);
+    if (d.made && text != d.conf)
+      return tracepool::fail(status::invalid_argument,
+                             "tracepool_configure_default('%s'): the default instance already exists, configured "
+                             "with '%s'; configure it before its first use",
+                             text.c_str(), d.conf.c_str());
+    d.configured = true;
+    d.conf = text;
+    return status::ok;
   });
-  if (instance == nullptr && failure != nullptr) tracepool::fail(status::unavailable, "%s", failure->c_str());
-  return instance;
 }
 
 int tracepool_create(const char* conf, tracepool_t** out) {
@@ -256,6 +330,51 @@ int tracepool_write_report(tracepool_t* tp, const char* path, const char* format
   return guarded("tracepool_write_report", [&] {
     if (tp == nullptr) return null_handle("tracepool_write_report");
     return tp->impl->write_report(path, format);
+  });
+}
+
+int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
+  return guarded("tracepool_report_string", [&] {
+    if (tp == nullptr) return null_handle("tracepool_report_string");
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_string: out is NULL");
+    *out = nullptr;
+    const std::string f = format != nullptr ? format : "";
+    if (f != "json" && f != "text")
+      return tracepool::fail(status::invalid_argument, "tracepool_report_string: format '%s': expected json or text",
+                             f.c_str());
+    core::report r;
+    if (status s = tp->impl->make_report("demand", &r); s != status::ok) return s;
+    return copy_out(f == "json" ? core::to_json(r) : core::to_text(r), out);
+  });
+}
+
+int tracepool_snapshot_string(tracepool_t* tp, char** out) {
+  return guarded("tracepool_snapshot_string", [&] {
+    if (tp == nullptr) return null_handle("tracepool_snapshot_string");
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_snapshot_string: out is NULL");
+    *out = nullptr;
+    std::string text;
+    if (status s = core::build_snapshot_json(*tp->impl, &text); s != status::ok) return s;
+    return copy_out(text, out);
+  });
+}
+
+void tracepool_string_free(char* s) { std::free(s); }
+
+int tracepool_set_frame_provider(const tracepool_frame_provider_t* p) {
+  return guarded("tracepool_set_frame_provider", [&] {
+    if (p == nullptr) {
+      core::set_script_provider(nullptr);
+      return status::ok;
+    }
+    if (p->size < sizeof(tracepool_frame_provider_t) || p->capture == nullptr || p->describe == nullptr)
+      return tracepool::fail(status::invalid_argument,
+                             "tracepool_set_frame_provider: size must be sizeof(tracepool_frame_provider_t) and "
+                             "capture and describe set");
+    if (p->eval_begin > p->eval_end)
+      return tracepool::fail(status::invalid_argument, "tracepool_set_frame_provider: eval_begin > eval_end");
+    core::set_script_provider(new c_frame_provider(*p));  // never deleted: see script_frames.h
+    return status::ok;
   });
 }
 

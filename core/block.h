@@ -53,8 +53,14 @@ struct block_record {
   uint32_t birth;
   size_t size;       // rounded
   size_t requested;  // 0 when free
-  bool live;         // handed out (else free, cached)
+  bool live;         // handed out (else free, cached, or pending)
   bool split_free;   // free inside a partly used segment (inactive split)
+  bool pending;      // freed by its owner, waiting for record_stream streams: neither held nor cached
+  pool_kind kind;
+  uintptr_t address;
+  uintptr_t segment;  // address of its segment, and the segment's size
+  size_t segment_size;
+  uintptr_t stream;  // the stream the segment serves
 };
 
 // A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block

@@ -59,7 +59,11 @@ status apply(const std::string& key, const std::string& value, config* c) {
   } else if (key == "capture") {
     if (value == "off") c->capture = capture_mode::off;
     else if (value == "native") c->capture = capture_mode::native;
-    else return bad_value(key, value, "off or native");
+    else if (value == "python") c->capture = capture_mode::python;
+    else if (value == "all") c->capture = capture_mode::all;
+    else return bad_value(key, value, "off, native, python or all");
+  } else if (key == "python_depth") {
+    if (!parse_int(value, 1, max_capture_depth, &c->python_depth)) return bad_value(key, value, "an integer from 1 to 256");
   } else if (key == "capture_depth") {
     if (!parse_int(value, 1, max_capture_depth, &c->capture_depth)) return bad_value(key, value, "an integer from 1 to 256");
   } else if (key == "unwinder") {
@@ -112,7 +116,7 @@ bool parse_bytes(const std::string& text, size_t* out) {
 const char* config_help() {
   return "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
          "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
-         "fail_above (bytes: fail larger device allocations, host only), capture (off|native), "
+         "fail_above (bytes: fail larger device allocations, host only), capture (off|native|python|all), python_depth (1-256), "
          "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
          "oom_report (stderr|off)";
 }

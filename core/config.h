@@ -21,7 +21,11 @@ inline constexpr bool validate_by_default = false;
 
 inline constexpr int max_capture_depth = 256;
 
-enum class capture_mode { off, native };
+// What a call site records: native frames, interpreter frames (from the registered frame provider,
+// script_frames.h), or both ("all": in a host without an interpreter that is the native frames).
+enum class capture_mode { off, native, python, all };
+inline bool captures_native(capture_mode m) { return m == capture_mode::native || m == capture_mode::all; }
+inline bool captures_script(capture_mode m) { return m == capture_mode::python || m == capture_mode::all; }
 enum class unwinder_choice { automatic, libunwind, cfi, boost };
 
 struct config {
@@ -30,8 +34,9 @@ struct config {
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
 
-  capture_mode capture = capture_mode::native;         // capture: off | native
-  int capture_depth = 32;                              // capture_depth: frames kept per call site, 1-256
+  capture_mode capture = capture_mode::all;            // capture: off | native | python | all
+  int capture_depth = 32;                              // capture_depth: native frames kept per call site, 1-256
+  int python_depth = 64;                               // python_depth: interpreter frames kept, 1-256
   unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | cfi | boost
   size_t sample_bytes = 0;                             // sample_bytes: mean bytes between samples, 0 = every block
   uint64_t sample_seed = 0x7261636570ULL;              // sample_seed: seed of the sampler (per thread)

@@ -196,9 +196,11 @@ void stream_pool::record_stream(block* b, backend::stream_handle used_on) {
 void stream_pool::collect(std::vector<block_record>* out) const {
   for (const segment* s = segments_; s != nullptr; s = s->pool_next)
     for (const block* b = s->first; b != nullptr; b = b->next) {
-      if (b->state == block_state::pending_free) continue;  // freed by its owner: neither held nor cached
-      const bool live = b->state == block_state::allocated;
-      out->push_back(block_record{b->site, b->birth, b->size, b->requested, live, !live && !b->is_whole_segment()});
+      const bool live = b->state == block_state::allocated, pending = b->state == block_state::pending_free;
+      out->push_back(block_record{b->site, b->birth, b->size, b->requested, live,
+                                  !live && !pending && !b->is_whole_segment(), pending, s->kind,
+                                  reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(s->ptr), s->size,
+                                  reinterpret_cast<uintptr_t>(stream_)});
     }
 }
 

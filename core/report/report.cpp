@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "allocator.h"
+#include "report/site_describer.h"
 #include "trace/cfi_unwinder.h"
 #include "trace/tags.h"
 
@@ -30,35 +31,6 @@ struct live_tally {
 
 int64_t whole_blocks(int64_t fixed) { return (fixed + block_unit / 2) / block_unit; }
 
-// Frames and tags of the sites a report names, symbolized together (each address once).
-class site_describer {
- public:
-  explicit site_describer(call_site_table& sites) : sites_(sites) {}
-
-  void want(uint32_t site) {
-    if (!sites_.ready(site)) return;
-    const site_record& r = sites_.at(site);
-    for (uint32_t i = 0; i < r.depth; ++i) addresses_.emplace(r.frames[i], frame_info{});
-  }
-  void resolve() {
-    std::vector<uintptr_t> all;
-    all.reserve(addresses_.size());
-    for (auto& [pc, info] : addresses_) all.push_back(pc);
-    const std::vector<frame_info> resolved = symbolize(all);
-    for (size_t i = 0; i < all.size(); ++i) addresses_[all[i]] = resolved[i];
-  }
-  void describe(uint32_t site, std::vector<std::string>* tags, std::vector<frame_info>* frames) {
-    if (!sites_.ready(site)) return;
-    const site_record& r = sites_.at(site);
-    *tags = tag_labels(r.tags);
-    for (uint32_t i = 0; i < r.depth; ++i) frames->push_back(addresses_[r.frames[i]]);
-  }
-
- private:
-  call_site_table& sites_;
-  std::unordered_map<uintptr_t, frame_info> addresses_;
-};
-
 // What a reader tells call sites apart by: tags, then each frame's function, file, line and module
 // (the address where nothing is known).
 std::string site_key(const std::vector<std::string>& tags, const std::vector<frame_info>& frames) {
@@ -66,7 +38,7 @@ std::string site_key(const std::vector<std::string>& tags, const std::vector<fra
   for (const std::string& t : tags) key += t + '\x1f';
   key += '\x1e';
   for (const frame_info& f : frames) {
-    if (f.function.empty() && f.file.empty())
+    if (f.function.empty() && f.file.empty() && !f.script)
       key += std::to_string(f.address);
     else
       key += f.function + '\x1f' + f.file + '\x1f' + std::to_string(f.line) + '\x1f' + f.module;
@@ -93,9 +65,11 @@ status build_report(allocator& a, const char* reason, report* out) {
   r.reason = reason;
   r.time_ns = now_ns();
   r.backend = a.device_backend().name();
-  r.capture = t.mode() == capture_mode::off ? "off" : "native";
-  r.unwinder = t.mode() == capture_mode::off ? "" : t.stack_unwinder().name();
+  static const char* const modes[] = {"off", "native", "python", "all"};
+  r.capture = modes[static_cast<int>(t.mode())];
+  r.unwinder = captures_native(t.mode()) ? t.stack_unwinder().name() : "";
   r.capture_depth = t.depth();
+  r.python_depth = t.script_depth();
   r.sample_bytes = t.sample_bytes();
   r.sites = sites.end() - 1;
   r.sites_dropped = sites.dropped();
@@ -118,6 +92,7 @@ status build_report(allocator& a, const char* reason, report* out) {
     blocks.clear();
     if (status s = a.collect_blocks(d, &blocks); s != status::ok) return s;
     for (const block_record& b : blocks) {
+      if (b.pending) continue;  // freed by its owner: neither held nor cached
       if (!b.live) {
         cached_summary& c = cached[b.site];
         c.site = b.site;

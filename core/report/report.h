@@ -69,9 +69,10 @@ struct report {
   std::string reason;  // "demand" | "exit" | "oom"
   uint64_t time_ns = 0;
   std::string backend;
-  std::string capture;  // "off" | "native"
+  std::string capture;  // "off" | "native" | "python" | "all"
   std::string unwinder;
   int capture_depth = 0;
+  int python_depth = 0;
   size_t sample_bytes = 0;  // 0: every allocation captured, figures exact
   uint32_t sites = 0;       // call sites interned so far
   uint64_t sites_dropped = 0;
@@ -106,5 +107,8 @@ status write_report_to(const report& r, const char* path, const char* format);
 status write_file_atomically(const std::string& path, const std::string& content);
 
 std::string human_bytes(int64_t bytes);
+
+// The memory held now in the dictionary layout of PyTorch's memory snapshot, as JSON (snapshot.cpp).
+status build_snapshot_json(allocator& a, std::string* out);
 
 }  // namespace tracepool::core

@@ -2,89 +2,19 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "report/json_out.h"
 #include "report/report.h"
 
 namespace tracepool::core {
 
 namespace {
 
-class json_out {
- public:
-  std::string text;
-
-  void string(const std::string& s) {
-    text += '"';
-    for (unsigned char c : s) {
-      switch (c) {
-        case '"':
-          text += "\\\"";
-          break;
-        case '\\':
-          text += "\\\\";
-          break;
-        case '\n':
-          text += "\\n";
-          break;
-        case '\r':
-          text += "\\r";
-          break;
-        case '\t':
-          text += "\\t";
-          break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            text += buf;
-          } else {
-            text += static_cast<char>(c);
-          }
-      }
-    }
-    text += '"';
-  }
-  void number(int64_t n) { text += std::to_string(n); }
-  void unsigned_number(uint64_t n) { text += std::to_string(n); }
-  void key(const char* k) {
-    comma();
-    string(k);
-    text += ':';
-    first_ = true;  // the value that follows needs no comma
-  }
-  void open(char c) {
-    comma();
-    text += c;
-    first_ = true;
-  }
-  void close(char c) {
-    text += c;
-    first_ = false;
-  }
-  void comma() {
-    if (!first_) text += ',';
-    first_ = false;
-  }
-  void value(const std::string& s) { comma(), string(s); }
-  void value(int64_t n) { comma(), number(n); }
-  void value(bool b) { comma(), text += b ? "true" : "false"; }
-  void null() { comma(), text += "null"; }
-
- private:
-  bool first_ = true;
-};
-
-std::string hex(uintptr_t address) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%" PRIxPTR, address);
-  return text;
-}
-
 void frames(json_out& j, const std::vector<frame_info>& frames) {
   j.key("frames");
   j.open('[');
   for (const frame_info& f : frames) {
     j.open('{');
-    j.key("kind"), j.value(std::string("native"));
+    j.key("kind"), j.value(std::string(f.script ? "python" : "native"));
     j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
     j.key("file");
     if (f.file.empty())
@@ -96,12 +26,16 @@ void frames(json_out& j, const std::vector<frame_info>& frames) {
       j.null();
     else
       j.value(static_cast<int64_t>(f.line));
-    j.key("module");
-    if (f.module.empty())
-      j.null();
-    else
-      j.value(f.module);
-    j.key("address"), j.value(hex(f.address));
+    if (f.script) {
+      j.key("borrowed"), j.value(f.borrowed);
+    } else {
+      j.key("module");
+      if (f.module.empty())
+        j.null();
+      else
+        j.value(f.module);
+      j.key("address"), j.value(hex(f.address));
+    }
     j.close('}');
   }
   j.close(']');
@@ -128,6 +62,7 @@ std::string to_json(const report& r) {
   j.key("mode"), j.value(r.capture);
   j.key("unwinder"), j.value(r.unwinder);
   j.key("depth"), j.value(static_cast<int64_t>(r.capture_depth));
+  j.key("python_depth"), j.value(static_cast<int64_t>(r.python_depth));
   j.key("sample_bytes"), j.value(static_cast<int64_t>(r.sample_bytes));
   j.key("estimated"), j.value(r.sample_bytes != 0);
   j.key("sites"), j.value(static_cast<int64_t>(r.sites));

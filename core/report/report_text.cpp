@@ -10,7 +10,7 @@ namespace tracepool::core {
 
 namespace {
 
-constexpr size_t frames_shown = 4;
+constexpr size_t frames_shown = 5;
 
 std::string printf_string(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string printf_string(const char* fmt, ...) {
@@ -27,26 +27,56 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string frame_line(const frame_info& f) {
+std::string function_name(const frame_info& f) {
   std::string fn = f.function.empty() ? printf_string("0x%" PRIxPTR, f.address) : f.function;
   if (fn.size() > 100) fn = fn.substr(0, 97) + "...";
-  if (!f.file.empty() && f.line > 0) return printf_string("at %s (%s:%d)", fn.c_str(), f.file.c_str(), f.line);
-  if (!f.module.empty()) return printf_string("at %s (in %s)", fn.c_str(), base_name(f.module).c_str());
-  return "at " + fn;
+  return fn;
 }
 
+std::string frame_line(const frame_info& f) {
+  const std::string fn = function_name(f);
+  const char* borrowed = f.borrowed ? " [borrowed]" : "";
+  if (!f.file.empty() && f.line > 0) return printf_string("at %s (%s:%d)%s", fn.c_str(), f.file.c_str(), f.line, borrowed);
+  if (!f.module.empty()) return printf_string("at %s (in %s)", fn.c_str(), base_name(f.module).c_str());
+  return "at " + fn + borrowed;
+}
+
+// The frames that say where. With interpreter frames: the innermost few of those (the user's lines),
+// after one line naming the native code that asked. Otherwise the innermost native frames, and
+// nothing beyond main (the C runtime's start).
 void frames(std::string& out, const std::vector<frame_info>& fs) {
   if (fs.empty()) {
     out += "       (no call site: capture was off or the site table was full)\n";
     return;
   }
-  // The frames that say where: the innermost few, and nothing beyond main (the C runtime's start).
+  size_t first_script = 0;
+  while (first_script < fs.size() && !fs[first_script].script) ++first_script;
+  if (first_script < fs.size()) {
+    if (first_script > 0) {
+      const frame_info& n = fs[0];
+      out += "       in " + function_name(n) + (n.module.empty() ? "" : " (" + base_name(n.module) + ")") + "\n";
+    }
+    size_t shown = 0, i = first_script;
+    for (; i < fs.size() && shown < frames_shown; ++i)
+      if (fs[i].script) out += "       " + frame_line(fs[i]) + "\n", ++shown;
+    size_t more = 0;
+    for (; i < fs.size(); ++i) more += fs[i].script;
+    if (more > 0) out += printf_string("       ... %zu more Python frames\n", more);
+    return;
+  }
   size_t shown = 0;
   while (shown < fs.size() && shown < frames_shown) {
     out += "       " + frame_line(fs[shown]) + "\n";
     if (fs[shown++].function == "main") return;
   }
   if (shown < fs.size()) out += printf_string("       ... %zu more frames\n", fs.size() - shown);
+}
+
+// The one frame that names a site in a line: the innermost interpreter frame, else the innermost.
+const frame_info& where(const std::vector<frame_info>& fs) {
+  for (const frame_info& f : fs)
+    if (f.script) return f;
+  return fs[0];
 }
 
 std::string tag_list(const std::vector<std::string>& tags) {
@@ -127,7 +157,7 @@ std::string to_text(const report& r, size_t top) {
       out += printf_string("  %s in %s born %s, alive through %zu mark(s)%s\n", human_bytes(t.bytes).c_str(),
                            blocks_word(t.blocks).c_str(), born.c_str(), r.marks.size() - t.born_after,
                            tag_list(s.tags).c_str());
-      for (size_t f = 0; f < s.frames.size() && f < 2; ++f) out += "       " + frame_line(s.frames[f]) + "\n";
+      if (!s.frames.empty()) out += "       " + frame_line(where(s.frames)) + "\n";
     }
     out += "\nMarks:\n";
     for (const mark_summary& m : r.marks)
@@ -160,7 +190,7 @@ std::string oom_summary(const report& r, int device) {
   for (size_t i = 0; i < r.leaks.size() && i < 3; ++i) {
     const site_summary& s = r.leaks[i];
     out += printf_string("\n  %s in %s ", human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str());
-    out += s.frames.empty() ? std::string("(no call site recorded)") : frame_line(s.frames[0]);
+    out += s.frames.empty() ? std::string("(no call site recorded)") : frame_line(where(s.frames));
   }
   return out;
 }

@@ -5,10 +5,10 @@
 
 namespace tracepool::core {
 
-uint64_t hash_stack(const uintptr_t* frames, uint32_t depth, uint32_t tags) {
-  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t{tags} << 32) ^ depth;
-  for (uint32_t i = 0; i < depth; ++i) {
-    h ^= frames[i];
+uint64_t hash_stack(const uintptr_t* words, size_t count, uint32_t depth, uint32_t tags) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t{tags} << 32) ^ depth ^ (uint64_t{count} << 16);
+  for (size_t i = 0; i < count; ++i) {
+    h ^= words[i];
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
   }
@@ -18,6 +18,9 @@ uint64_t hash_stack(const uintptr_t* frames, uint32_t depth, uint32_t tags) {
 call_site_table::call_site_table() = default;
 
 call_site_table::~call_site_table() {
+  for (uint32_t id = 1, end = next_id_.load(std::memory_order_relaxed); id < end; ++id)
+    if (site_record* chunk = chunks_[id >> chunk_bits].load(std::memory_order_relaxed); chunk != nullptr)
+      delete[] chunk[id & chunk_mask].script.load(std::memory_order_relaxed);
   for (auto& c : chunks_) delete[] c.load(std::memory_order_relaxed);
 }
 
@@ -27,15 +30,15 @@ bool call_site_table::ready(uint32_t id) {
   return chunk != nullptr && chunk[id & chunk_mask].ready.load(std::memory_order_acquire);
 }
 
-uint32_t call_site_table::find(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags) {
+uint32_t call_site_table::find(shard& sh, const key& k) {
   if (sh.slots.empty()) return 0;
   const size_t mask = sh.slots.size() - 1;
-  for (size_t i = (hash >> 6) & mask;; i = (i + 1) & mask) {
+  for (size_t i = (k.hash >> 6) & mask;; i = (i + 1) & mask) {
     const uint32_t id = sh.slots[i];
     if (id == 0) return 0;
     const site_record& r = at(id);
-    if (r.hash == hash && r.depth == depth && r.tags == tags &&
-        std::memcmp(r.frames.get(), frames, depth * sizeof(uintptr_t)) == 0)
+    if (r.hash == k.hash && r.depth == k.depth && r.script_depth == k.script_depth && r.tags == k.tags &&
+        std::memcmp(r.frames.get(), k.frames, k.words() * sizeof(uintptr_t)) == 0)
       return id;
   }
 }
@@ -55,7 +58,7 @@ site_record* call_site_table::slot_for(uint32_t id) {
 }
 
 // Under sh.mutex.
-uint32_t call_site_table::add(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags) {
+uint32_t call_site_table::add(shard& sh, const key& k) {
   if ((sh.used + 1) * 2 > sh.slots.size()) {  // keep the load under one half
     std::vector<uint32_t> bigger(sh.slots.empty() ? 64 : sh.slots.size() * 2, 0);
     const size_t mask = bigger.size() - 1;
@@ -72,31 +75,38 @@ uint32_t call_site_table::add(shard& sh, uint64_t hash, const uintptr_t* frames,
     if (id >= max_sites) return 0;
   } while (!next_id_.compare_exchange_weak(id, id + 1, std::memory_order_acq_rel));
   site_record* r = slot_for(id);
-  r->hash = hash;
-  r->tags = tags;
-  r->depth = depth;
-  r->frames.reset(new uintptr_t[depth == 0 ? 1 : depth]);
-  std::memcpy(r->frames.get(), frames, depth * sizeof(uintptr_t));
+  r->hash = k.hash;
+  r->tags = k.tags;
+  r->depth = k.depth;
+  r->script_depth = k.script_depth;
+  r->frames.reset(new uintptr_t[k.words() == 0 ? 1 : k.words()]);
+  std::memcpy(r->frames.get(), k.frames, k.words() * sizeof(uintptr_t));
   r->ready.store(true, std::memory_order_release);
   const size_t mask = sh.slots.size() - 1;
-  size_t i = (hash >> 6) & mask;
+  size_t i = (k.hash >> 6) & mask;
   while (sh.slots[i] != 0) i = (i + 1) & mask;
   sh.slots[i] = id;
   ++sh.used;
   return id;
 }
 
-uint32_t call_site_table::intern(const uintptr_t* frames, uint32_t depth, uint32_t tags) {
-  const uint64_t hash = hash_stack(frames, depth, tags);
-  shard& sh = shards_[hash % shard_count];
+uint32_t call_site_table::intern(const uintptr_t* frames, uint32_t depth, uint32_t script_depth, uint32_t tags) {
+  key k{0, frames, depth, script_depth, tags};
+  k.hash = hash_stack(frames, k.words(), depth, tags);
+  shard& sh = shards_[k.hash % shard_count];
   std::lock_guard<std::mutex> lock(sh.mutex);
-  if (uint32_t id = find(sh, hash, frames, depth, tags); id != 0) return id;
+  if (uint32_t id = find(sh, k); id != 0) return id;
   try {
-    if (uint32_t id = add(sh, hash, frames, depth, tags); id != 0) return id;
+    if (uint32_t id = add(sh, k); id != 0) return id;
   } catch (const std::bad_alloc&) {
   }
   dropped_.fetch_add(1, std::memory_order_relaxed);  // attributed to "unknown" instead
   return 0;
+}
+
+void call_site_table::describe(uint32_t id, script_frame* described) {
+  script_frame* expected = nullptr;
+  if (!at(id).script.compare_exchange_strong(expected, described, std::memory_order_acq_rel)) delete[] described;
 }
 
 void call_site_table::on_alloc(uint32_t id, int64_t bytes, int64_t blocks) {

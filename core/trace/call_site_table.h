@@ -18,16 +18,23 @@
 #include <mutex>
 #include <vector>
 
+#include "script_frames.h"
+
 namespace tracepool::core {
 
 inline constexpr int64_t block_unit = 1 << 16;  // fixed point for estimated block counts
 
+// The key of a site is its native frames, its interpreter frames (two opaque words each,
+// script_frames.h) and its tag set. Interpreter frames are described once, after interning, by the
+// thread that interned them (`script` stays null until then, or if the provider could not).
 struct site_record {
   uint64_t hash = 0;
-  uint32_t tags = 0;   // tag set (tags.h)
-  uint32_t depth = 0;  // frames, innermost first
-  std::unique_ptr<uintptr_t[]> frames;
+  uint32_t tags = 0;           // tag set (tags.h)
+  uint32_t depth = 0;          // native frames, innermost first
+  uint32_t script_depth = 0;   // interpreter frames, innermost first, after the native ones in `frames`
+  std::unique_ptr<uintptr_t[]> frames;  // depth + script_depth * words_per_script_frame words
   std::atomic<bool> ready{false};
+  std::atomic<script_frame*> script{nullptr};  // script_depth described frames, set once
 
   std::atomic<int64_t> live_bytes{0};
   std::atomic<int64_t> live_blocks{0};  // x block_unit
@@ -44,7 +51,11 @@ class call_site_table {
   call_site_table& operator=(const call_site_table&) = delete;
 
   // The id of (frames, tags), interned on first sight; 0 if the table is full or memory ran out.
-  uint32_t intern(const uintptr_t* frames, uint32_t depth, uint32_t tags);
+  // `frames` holds `depth` native frames, then `script_depth` interpreter frames of two words each.
+  uint32_t intern(const uintptr_t* frames, uint32_t depth, uint32_t script_depth, uint32_t tags);
+  // Publishes the description of a site's interpreter frames (the first one wins; a loser's array
+  // is deleted). Takes ownership of `described`.
+  void describe(uint32_t id, script_frame* described);
   // pre: 0 < id < end() and the id came from intern() (or ready() is true).
   site_record& at(uint32_t id) { return chunks_[id >> chunk_bits].load(std::memory_order_acquire)[id & chunk_mask]; }
   // One past the largest id handed out; records below it may still be filling (check ready()).
@@ -68,8 +79,14 @@ class call_site_table {
     size_t used = 0;
   };
 
-  uint32_t find(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags);
-  uint32_t add(shard& sh, uint64_t hash, const uintptr_t* frames, uint32_t depth, uint32_t tags);
+  struct key {
+    uint64_t hash;
+    const uintptr_t* frames;
+    uint32_t depth, script_depth, tags;
+    size_t words() const { return depth + size_t{script_depth} * words_per_script_frame; }
+  };
+  uint32_t find(shard& sh, const key& k);
+  uint32_t add(shard& sh, const key& k);
   site_record* slot_for(uint32_t id);
 
   shard shards_[shard_count];
@@ -79,6 +96,6 @@ class call_site_table {
   std::atomic<uint64_t> dropped_{0};
 };
 
-uint64_t hash_stack(const uintptr_t* frames, uint32_t depth, uint32_t tags);
+uint64_t hash_stack(const uintptr_t* words, size_t count, uint32_t depth, uint32_t tags);
 
 }  // namespace tracepool::core

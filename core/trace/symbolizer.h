@@ -20,6 +20,8 @@ struct frame_info {
   std::string file;      // "" if unknown
   int line = 0;          // 0 if unknown
   std::string module;    // path of the executable or library; "" if unknown
+  bool script = false;   // an interpreter (Python) frame: function, file and line, no address or module
+  bool borrowed = false; // (script) a frame of the thread that started this work, e.g. backward's caller
 };
 
 // One entry per address, in order.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <ctime>
+#include <new>
 
 #include "tags.h"
 
@@ -14,7 +15,7 @@ constexpr size_t own_frames_room = 10;
 
 status tracer::create(const config& cfg, std::unique_ptr<tracer>* out) {
   unwinder u;
-  if (cfg.capture != capture_mode::off) {
+  if (captures_native(cfg.capture)) {
     if (status s = unwinder::make(cfg.unwinder, &u); s != status::ok) return s;
   }
   out->reset(new tracer(cfg, u));
@@ -24,6 +25,7 @@ status tracer::create(const config& cfg, std::unique_ptr<tracer>* out) {
 tracer::tracer(const config& cfg, const unwinder& u)
     : mode_(cfg.capture),
       depth_(cfg.capture_depth),
+      script_depth_(cfg.python_depth),
       own_(cfg.own_code != nullptr ? module_range_of(cfg.own_code) : code_range{}),
       unwinder_(u),
       sampler_(cfg.sample_bytes, cfg.sample_seed) {}
@@ -42,12 +44,26 @@ block_tag tracer::capture(size_t size) {
   block_tag tag{0, epoch_.load(std::memory_order_relaxed)};
   if (mode_ == capture_mode::off) return tag;
   if (sampler_.enabled() && !sampler_.sample(size)) return tag;
-  uintptr_t raw[max_capture_depth + own_frames_room];
-  const size_t n = unwinder_.capture(raw, static_cast<size_t>(depth_) + own_frames_room);
-  const size_t first = strip_own_frames(raw, n);
-  size_t kept = n - first;
-  if (kept > static_cast<size_t>(depth_)) kept = static_cast<size_t>(depth_);
-  tag.site = sites_.intern(raw + first, static_cast<uint32_t>(kept), current_tags());
+  uintptr_t raw[max_capture_depth + own_frames_room + max_capture_depth * words_per_script_frame];
+  size_t first = 0, kept = 0;
+  if (captures_native(mode_)) {
+    const size_t n = unwinder_.capture(raw, static_cast<size_t>(depth_) + own_frames_room);
+    first = strip_own_frames(raw, n);
+    kept = n - first;
+    if (kept > static_cast<size_t>(depth_)) kept = static_cast<size_t>(depth_);
+  }
+  uintptr_t* script_words = raw + first + kept;
+  const size_t script = captures_script(mode_) ? capture_script_frames(script_words, script_depth_) : 0;
+  tag.site = sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), current_tags());
+  // A new site's interpreter frames are described now, while this thread still runs them.
+  if (script != 0 && tag.site != 0 && sites_.at(tag.site).script.load(std::memory_order_acquire) == nullptr) {
+    try {
+      if (script_frame* described = describe_script_frames(script_words, script); described != nullptr)
+        sites_.describe(tag.site, described);
+    } catch (const std::bad_alloc&) {
+      // The site keeps its raw frames; reports show them as unknown.
+    }
+  }
   return tag;
 }
 

@@ -48,6 +48,7 @@ class tracer {
   call_site_table& sites() { return sites_; }
   capture_mode mode() const { return mode_; }
   int depth() const { return depth_; }
+  int script_depth() const { return script_depth_; }
   const unwinder& stack_unwinder() const { return unwinder_; }
   size_t sample_bytes() const { return sampler_.mean_bytes(); }
 
@@ -57,6 +58,7 @@ class tracer {
 
   const capture_mode mode_;
   const int depth_;
+  const int script_depth_;
   const code_range own_;
   unwinder unwinder_;
   sampler sampler_;

@@ -40,4 +40,35 @@ void tracepool_torch_free(void* ptr, size_t /*size*/, int /*device*/, void* stre
   if (rc != TRACEPOOL_OK) tell("tracepool_torch_free", rc);
 }
 
+void tracepool_torch_empty_cache(void) {
+  tracepool_t* tp = tracepool_default();
+  if (tp == nullptr) return;
+  if (const int rc = tracepool_empty_cache(tp, -1); rc != TRACEPOOL_OK) tell("torch.cuda.empty_cache", rc);
+}
+
+// torch.cuda.set_per_process_memory_fraction: the fraction of the device's total memory that
+// tracepool may reserve on it (PyTorch's meaning), as a byte limit.
+void tracepool_torch_set_memory_fraction(double fraction, int device) {
+  tracepool_t* tp = tracepool_default();
+  if (tp == nullptr) return;
+  size_t free_bytes = 0, total = 0;
+  int rc = tracepool_mem_get_info(tp, device, &free_bytes, &total);
+  if (rc == TRACEPOOL_OK) {
+    if (!(fraction > 0.0 && fraction <= 1.0)) {
+      std::fprintf(stderr, "tracepool: set_per_process_memory_fraction(%g): expected a fraction in (0, 1]\n", fraction);
+      return;
+    }
+    // 1.0 lifts the cap; anything less caps at that share of the device (at least one byte).
+    const size_t limit = fraction >= 1.0 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total)) + 1;
+    rc = tracepool_set_limit(tp, device, limit);
+  }
+  if (rc != TRACEPOOL_OK) tell("torch.cuda.set_per_process_memory_fraction", rc);
+}
+
+void tracepool_torch_record_stream(void* ptr, void* stream) {
+  tracepool_t* tp = tracepool_default();
+  if (tp == nullptr) return;
+  if (const int rc = tracepool_record_stream(tp, ptr, stream); rc != TRACEPOOL_OK) tell("Tensor.record_stream", rc);
+}
+
 }  // extern "C"

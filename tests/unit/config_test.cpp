@@ -32,7 +32,8 @@ TEST(Config, ParsesEveryKey) {
 
 TEST(Config, ParsesTheCaptureKeys) {
   config c;
-  EXPECT_EQ(c.capture, capture_mode::native) << "call sites are captured unless turned off";
+  EXPECT_EQ(c.capture, capture_mode::all) << "call sites (native and interpreter frames) are captured unless turned off";
+  EXPECT_EQ(c.python_depth, 64);
   EXPECT_EQ(c.capture_depth, 32);
   ASSERT_EQ(parse_config("capture:off,capture_depth:64,unwinder:boost,sample_bytes:1MiB,sample_seed:0x10,oom_report:off", &c),
             status::ok)
@@ -43,7 +44,10 @@ TEST(Config, ParsesTheCaptureKeys) {
   EXPECT_EQ(c.sample_bytes, size_t{1} << 20);
   EXPECT_EQ(c.sample_seed, 16u);
   EXPECT_FALSE(c.oom_report);
-  const char* bad[] = {"capture:python",  "capture_depth:0", "capture_depth:257", "unwinder:gdb",
+  ASSERT_EQ(parse_config("capture:python,python_depth:8", &c), status::ok) << last_error();
+  EXPECT_EQ(c.capture, capture_mode::python);
+  EXPECT_EQ(c.python_depth, 8);
+  const char* bad[] = {"capture:ruby",  "python_depth:0", "capture_depth:0", "capture_depth:257", "unwinder:gdb",
                        "sample_bytes:x",  "sample_bytes:2000TiB", "sample_seed:-1",  "oom_report:on"};
   for (const char* text : bad) {
     config d;

@@ -18,21 +18,36 @@ TEST(CallSiteTable, SameStackAndTagsGiveTheSameIdOthersDiffer) {
   call_site_table t;
   const uintptr_t a[] = {0x1000, 0x2000, 0x3000};
   const uintptr_t b[] = {0x1000, 0x2000, 0x3001};
-  const uint32_t ia = t.intern(a, 3, 0);
+  const uint32_t ia = t.intern(a, 3, 0, 0);
   EXPECT_NE(ia, 0u);
-  EXPECT_EQ(t.intern(a, 3, 0), ia);
-  EXPECT_NE(t.intern(b, 3, 0), ia);
-  EXPECT_NE(t.intern(a, 2, 0), ia) << "a prefix is another stack";
-  EXPECT_NE(t.intern(a, 3, 5), ia) << "other tags, another site";
+  EXPECT_EQ(t.intern(a, 3, 0, 0), ia);
+  EXPECT_NE(t.intern(b, 3, 0, 0), ia);
+  EXPECT_NE(t.intern(a, 2, 0, 0), ia) << "a prefix is another stack";
+  EXPECT_NE(t.intern(a, 3, 0, 5), ia) << "other tags, another site";
   EXPECT_EQ(t.at(ia).depth, 3u);
   EXPECT_EQ(t.at(ia).frames[2], 0x3000u);
   EXPECT_EQ(t.end(), 5u);
 }
 
+TEST(CallSiteTable, InterpreterFramesArePartOfTheKey) {
+  call_site_table t;
+  const uintptr_t native_only[] = {0x1000, 0x2000, 0x3000, 0x4000};
+  const uint32_t n = t.intern(native_only, 4, 0, 0);
+  const uint32_t s = t.intern(native_only, 2, 1, 0);  // same words: 2 native frames + 1 interpreter frame
+  EXPECT_NE(n, s) << "the split between native and interpreter frames is part of the key";
+  EXPECT_EQ(t.intern(native_only, 2, 1, 0), s);
+  EXPECT_EQ(t.at(s).script_depth, 1u);
+  EXPECT_EQ(t.at(s).script.load(), nullptr) << "described only when the capturing thread says so";
+  t.describe(s, new script_frame[1]{{"f.py", "g", 3, script_frame_entry}});
+  t.describe(s, new script_frame[1]{{"other.py", "h", 4, 0}});  // a racing loser is dropped
+  ASSERT_NE(t.at(s).script.load(), nullptr);
+  EXPECT_EQ(t.at(s).script.load()[0].line, 3);
+}
+
 TEST(CallSiteTable, CountersTrackLivePeakAndTotal) {
   call_site_table t;
   const uintptr_t a[] = {0x42};
-  const uint32_t id = t.intern(a, 1, 0);
+  const uint32_t id = t.intern(a, 1, 0, 0);
   t.on_alloc(id, 100, block_unit);
   t.on_alloc(id, 50, block_unit);
   t.on_free(id, 100, block_unit);
@@ -53,7 +68,7 @@ TEST(CallSiteTable, ConcurrentInterningAgreesOnIds) {
       for (int s = 0; s < stacks; ++s) {
         const int k = (s * 7 + th * 13) % stacks;  // every thread, every stack, in a different order
         const uintptr_t frames[] = {0x400000u + static_cast<uintptr_t>(k), 0x500000};
-        ids[th][k] = t.intern(frames, 2, 0);
+        ids[th][k] = t.intern(frames, 2, 0, 0);
       }
     });
   for (auto& p : pool) p.join();

@@ -147,6 +147,61 @@ TRACEPOOL_API int tracepool_write_report(tracepool_t* tp, const char* path, cons
  * TRACEPOOL_ERR_INVALID_ARGUMENT if no allocation has failed so. */
 TRACEPOOL_API int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format);
 
+/* The report as a string instead of a file: format "json" or "text". *out is NUL-terminated and
+ * must be released with tracepool_string_free. */
+TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, char** out);
+/* The memory now held, in the dictionary layout of PyTorch's torch.cuda.memory._snapshot()
+ * ("segments", "device_traces"; docs/report-schema.md), as JSON: one segment per device segment,
+ * its blocks in address order with state and the frames of their call site. device_traces holds
+ * one "alloc" entry per live block, oldest first. Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_snapshot_string(tracepool_t* tp, char** out);
+TRACEPOOL_API void tracepool_string_free(char* s);
+
+/* ---- Interpreter frames (language runtimes) ------------------------------------------------ */
+/* A runtime that runs code of its own (CPython) registers a frame provider, so that call sites
+ * carry the interpreter's frames besides the native ones (TRACEPOOL_CONF capture:all or python).
+ * tracepool's Python package registers one for CPython when it is imported. */
+
+#define TRACEPOOL_FRAME_ENTRY 1u    /* outermost frame run by one native call of the interpreter loop */
+#define TRACEPOOL_FRAME_BORROWED 2u /* a frame of the thread that started this work (autograd) */
+
+/* One interpreter frame, described. Strings need not be NUL-terminated; tracepool copies them. */
+typedef struct tracepool_script_frame {
+  const char* file;
+  size_t file_len;
+  const char* function;
+  size_t function_len;
+  int line;       /* 0 if unknown */
+  unsigned flags; /* TRACEPOOL_FRAME_* */
+} tracepool_script_frame_t;
+
+/* Set `size = sizeof(tracepool_frame_provider_t)`. Every frame is two words, chosen by the
+ * provider (CPython's: the code object and the instruction offset with the flags). */
+typedef struct tracepool_frame_provider {
+  size_t size;
+  const char* language; /* "python" */
+  /* Writes at most max_frames frames of the calling thread's interpreter stack, innermost first,
+   * and returns how many. Runs on the allocating thread before any tracepool lock is taken: it
+   * must not block, take locks, allocate through tracepool, or call into the interpreter. */
+  size_t (*capture)(uintptr_t* words, size_t max_frames);
+  /* Describes frames that capture() returned moments ago on this thread (so their objects are
+   * alive), once per new call site, under no tracepool lock. Returns 0, or a negative status. */
+  int (*describe)(const uintptr_t* words, size_t frames, tracepool_script_frame_t* out);
+  /* Native code of the interpreter loop: a native frame whose return address lies in
+   * [eval_begin, eval_end) ran the interpreter frames up to the next TRACEPOOL_FRAME_ENTRY one.
+   * Reports splice the interpreter frames there (hybrid stacks). 0 and 0 if unknown. */
+  uintptr_t eval_begin, eval_end;
+} tracepool_frame_provider_t;
+
+/* Installs `provider` for every instance (NULL removes it). The struct and its functions must stay
+ * valid until the process ends: a capture running on another thread may still be using them. */
+TRACEPOOL_API int tracepool_set_frame_provider(const tracepool_frame_provider_t* provider);
+
+/* Configures tracepool_default() before its first use ("key:value,..." as TRACEPOOL_CONF, which it
+ * replaces). Fails with TRACEPOOL_ERR_INVALID_ARGUMENT once the default instance exists with a
+ * different configuration text, and with TRACEPOOL_ERR_BAD_CONFIG for a bad text. */
+TRACEPOOL_API int tracepool_configure_default(const char* conf);
+
 /* ---- Errors --------------------------------------------------------------------------------- */
 TRACEPOOL_API const char* tracepool_status_string(int status); /* "TRACEPOOL_ERR_OOM: out of memory" */
 TRACEPOOL_API const char* tracepool_last_error(void);          /* this thread's last failure, "" if none */
@@ -156,6 +211,12 @@ TRACEPOOL_API const char* tracepool_last_error(void);          /* this thread's 
  * distinct failure kind to stderr, since PyTorch's wrapper drops it). */
 TRACEPOOL_API void* tracepool_torch_alloc(size_t size, int device, void* stream);
 TRACEPOOL_API void tracepool_torch_free(void* ptr, size_t size, int device, void* stream);
+/* Optional hooks of CUDAPluggableAllocator (set_reset_fn, set_memory_fraction_fn,
+ * set_record_stream_fn): torch.cuda.empty_cache(), set_per_process_memory_fraction() and
+ * Tensor.record_stream(). */
+TRACEPOOL_API void tracepool_torch_empty_cache(void);
+TRACEPOOL_API void tracepool_torch_set_memory_fraction(double fraction, int device);
+TRACEPOOL_API void tracepool_torch_record_stream(void* ptr, void* stream);
 
 #ifdef __cplusplus
 }

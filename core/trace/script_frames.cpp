@@ -1,0 +1,75 @@
+#include "script_frames.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+namespace tracepool::core {
+
+namespace {
+
+std::atomic<script_provider*> current{nullptr};
+
+// Interpreter-loop ranges of every provider ever registered, so that sites captured under an
+// earlier provider still merge. Append-only; readers see a prefix.
+constexpr size_t max_loops = 8;
+std::atomic<uintptr_t> loop_begin[max_loops], loop_end[max_loops];
+std::atomic<size_t> loops{0};
+std::mutex loops_mutex;
+
+// File and function names, each stored once for the life of the process (never destroyed, so
+// that reports made from atexit handlers find them).
+const char* intern(std::string_view text) {
+  static std::mutex* mutex = new std::mutex;
+  static auto* strings = new std::unordered_set<std::string>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  return strings->emplace(text).first->c_str();
+}
+
+}  // namespace
+
+void set_script_provider(script_provider* p) {
+  if (p != nullptr && p->eval_begin() < p->eval_end()) {
+    std::lock_guard<std::mutex> lock(loops_mutex);
+    const size_t n = loops.load(std::memory_order_relaxed);
+    bool known = false;
+    for (size_t i = 0; i < n; ++i) known |= loop_begin[i].load(std::memory_order_relaxed) == p->eval_begin();
+    if (!known && n < max_loops) {
+      loop_begin[n].store(p->eval_begin(), std::memory_order_relaxed);
+      loop_end[n].store(p->eval_end(), std::memory_order_relaxed);
+      loops.store(n + 1, std::memory_order_release);
+    }
+  }
+  current.store(p, std::memory_order_release);
+}
+
+size_t capture_script_frames(uintptr_t* words, size_t max_frames) {
+  script_provider* p = current.load(std::memory_order_acquire);
+  return p == nullptr ? 0 : p->capture(words, max_frames);
+}
+
+script_frame* describe_script_frames(const uintptr_t* words, size_t frames) {
+  script_provider* p = current.load(std::memory_order_acquire);
+  if (p == nullptr || frames == 0) return nullptr;
+  std::unique_ptr<described_frame[]> described(new described_frame[frames]);
+  if (!p->describe(words, frames, described.get())) return nullptr;
+  auto* out = new script_frame[frames];
+  for (size_t i = 0; i < frames; ++i)
+    out[i] = script_frame{intern(described[i].file), intern(described[i].function), described[i].line,
+                          described[i].flags};
+  return out;
+}
+
+bool in_interpreter_loop(uintptr_t return_address) {
+  // A return address points just past its call, which may be the loop's last byte + 1.
+  const uintptr_t pc = return_address - 1;
+  const size_t n = loops.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (pc >= loop_begin[i].load(std::memory_order_relaxed) && pc < loop_end[i].load(std::memory_order_relaxed))
+      return true;
+  return false;
+}
+
+}  // namespace tracepool::core

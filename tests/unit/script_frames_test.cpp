@@ -1,0 +1,298 @@
+// Interpreter frames in call sites, through the C API (libtracepool.so, host backend), with a toy
+// interpreter standing in for CPython: its frames live on a thread-local shadow stack and its
+// "eval loop" is a native function in a section of its own, so the test knows that loop's range
+// exactly. Covers capture modes, hybrid merging, describe-once, a failing provider, and the
+// string and snapshot outputs the Python package reads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "report_support.h"
+#include "tracepool/tracepool.h"
+
+namespace {
+
+using tracepool::testing::json;
+
+#define KEEP_FRAME() asm volatile("" ::: "memory")
+
+// ---- The toy interpreter -------------------------------------------------------------------------
+
+struct toy_frame {
+  const char* file;
+  const char* function;
+  int line;
+};
+
+struct toy_call {
+  const toy_frame* frame;
+  bool entry;
+};
+
+thread_local std::vector<toy_call> toy_stack;  // outermost first
+std::atomic<int> describe_calls{0};
+std::atomic<bool> describe_fails{false};
+
+size_t toy_capture(uintptr_t* words, size_t max_frames) {
+  size_t n = 0;
+  for (auto it = toy_stack.rbegin(); it != toy_stack.rend() && n < max_frames; ++it, ++n) {
+    words[2 * n] = reinterpret_cast<uintptr_t>(it->frame);
+    words[2 * n + 1] = it->entry ? TRACEPOOL_FRAME_ENTRY : 0;
+  }
+  return n;
+}
+
+int toy_describe(const uintptr_t* words, size_t frames, tracepool_script_frame_t* out) {
+  describe_calls.fetch_add(1);
+  if (describe_fails.load()) return TRACEPOOL_ERR_INTERNAL;
+  for (size_t i = 0; i < frames; ++i) {
+    const auto* f = reinterpret_cast<const toy_frame*>(words[2 * i]);
+    out[i] = tracepool_script_frame_t{f->file, std::strlen(f->file), f->function, std::strlen(f->function), f->line,
+                                      static_cast<unsigned>(words[2 * i + 1])};
+  }
+  return 0;
+}
+
+// The toy's eval loop: runs `frames` (the first is the entry frame), then calls `next`. It lives in
+// its own section, whose bounds the linker provides.
+extern "C" const char __start_toy_eval_text[], __stop_toy_eval_text[];
+using native_fn = void (*)(tracepool_t*);
+
+__attribute__((noinline, section("toy_eval_text"))) void toy_eval(tracepool_t* tp, std::vector<const toy_frame*> frames,
+                                                                  native_fn next) {
+  for (size_t i = 0; i < frames.size(); ++i) toy_stack.push_back(toy_call{frames[i], i == 0});
+  next(tp);
+  KEEP_FRAME();
+  toy_stack.resize(toy_stack.size() - frames.size());
+}
+
+const tracepool_frame_provider_t toy_provider = {
+    sizeof(tracepool_frame_provider_t), "toy", toy_capture, toy_describe,
+    reinterpret_cast<uintptr_t>(__start_toy_eval_text), reinterpret_cast<uintptr_t>(__stop_toy_eval_text)};
+
+const toy_frame main_script{"outer.py", "<module>", 10}, run_fn{"outer.py", "run", 20};
+const toy_frame step_fn{"inner.py", "step", 5}, alloc_fn{"inner.py", "alloc_tensor", 7};
+
+std::vector<void*> held;
+
+__attribute__((noinline)) void leaf_alloc(tracepool_t* tp) {
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK) << tracepool_last_error();
+  held.push_back(p);
+  KEEP_FRAME();
+}
+
+__attribute__((noinline)) void native_callback(tracepool_t* tp) {
+  toy_eval(tp, {&step_fn, &alloc_fn}, leaf_alloc);
+  KEEP_FRAME();
+}
+
+// outer.py <module> -> run -> (native) native_callback -> inner.py step -> alloc_tensor -> leaf_alloc
+__attribute__((noinline)) void run_program(tracepool_t* tp) {
+  toy_eval(tp, {&main_script, &run_fn}, native_callback);
+  KEEP_FRAME();
+}
+
+class ScriptFrames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    describe_calls = 0;
+    describe_fails = false;
+    ASSERT_EQ(tracepool_set_frame_provider(&toy_provider), TRACEPOOL_OK) << tracepool_last_error();
+  }
+  void TearDown() override {
+    for (void* p : held) tracepool_free(tp_, p, nullptr);
+    held.clear();
+    tracepool_destroy(tp_);
+    tracepool_set_frame_provider(nullptr);
+  }
+  tracepool_t* open(const std::string& extra) {
+    const std::string conf = "backend:host,validate:on" + (extra.empty() ? "" : "," + extra);
+    EXPECT_EQ(tracepool_create(conf.c_str(), &tp_), TRACEPOOL_OK) << tracepool_last_error();
+    return tp_;
+  }
+  json leak_frames(tracepool_t* tp) {
+    const json r = tracepool::testing::report_of(tp);
+    EXPECT_EQ(r["leaks"].size(), 1u) << r.dump(1);
+    return r["leaks"].empty() ? json::array() : r["leaks"][0]["frames"];
+  }
+  tracepool_t* tp_ = nullptr;
+};
+
+std::vector<std::string> names(const json& frames, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n && i < frames.size(); ++i) {
+    std::string f = frames[i]["function"];
+    if (frames[i]["kind"] == "python") {
+      out.push_back("py:" + f);
+      continue;
+    }
+    const std::string anonymous = "(anonymous namespace)::";  // demangled names carry their namespace
+    if (f.rfind(anonymous, 0) == 0) f = f.substr(anonymous.size());
+    out.push_back(f.substr(0, f.find('(')));
+  }
+  return out;
+}
+
+TEST_F(ScriptFrames, InterpreterFramesAreSplicedWhereTheLoopRanThem) {
+  tracepool_t* tp = open("capture:all");
+  run_program(tp);
+  const json frames = leak_frames(tp);
+  // Each eval-loop frame is replaced by the interpreter frames it ran, innermost first.
+  const std::vector<std::string> expected = {"leaf_alloc",       "py:alloc_tensor", "py:step",
+                                             "native_callback",  "py:run",          "py:<module>",
+                                             "run_program"};
+  EXPECT_EQ(names(frames, expected.size()), expected) << frames.dump(1);
+  ASSERT_GE(frames.size(), 3u);
+  EXPECT_EQ(frames[1]["file"], "inner.py");
+  EXPECT_EQ(frames[1]["line"], 7);
+  EXPECT_EQ(frames[1]["borrowed"], false);
+  EXPECT_FALSE(frames[1].contains("address")) << "interpreter frames have no native address";
+  EXPECT_EQ(frames[2]["line"], 5);
+}
+
+TEST_F(ScriptFrames, PythonModeKeepsOnlyInterpreterFrames) {
+  tracepool_t* tp = open("capture:python");
+  run_program(tp);
+  const json frames = leak_frames(tp);
+  EXPECT_EQ(names(frames, 8), (std::vector<std::string>{"py:alloc_tensor", "py:step", "py:run", "py:<module>"}));
+  const json r = tracepool::testing::report_of(tp);
+  EXPECT_EQ(r["capture"]["mode"], "python");
+  EXPECT_EQ(r["capture"]["unwinder"], "");
+}
+
+TEST_F(ScriptFrames, NativeModeAsksTheProviderNothing) {
+  tracepool_t* tp = open("capture:native");
+  run_program(tp);
+  for (const json& f : leak_frames(tp)) EXPECT_EQ(f["kind"], "native");
+  EXPECT_EQ(describe_calls.load(), 0);
+}
+
+TEST_F(ScriptFrames, PythonDepthKeepsTheInnermostFrames) {
+  tracepool_t* tp = open("capture:python,python_depth:2");
+  run_program(tp);
+  EXPECT_EQ(names(leak_frames(tp), 8), (std::vector<std::string>{"py:alloc_tensor", "py:step"}));
+}
+
+TEST_F(ScriptFrames, EachNewSiteIsDescribedOnce) {
+  tracepool_t* tp = open("capture:python");
+  for (int i = 0; i < 5; ++i) run_program(tp);
+  EXPECT_EQ(describe_calls.load(), 1) << "a site seen again is found by its raw words";
+  const json r = tracepool::testing::report_of(tp);
+  ASSERT_EQ(r["leaks"].size(), 1u);
+  EXPECT_EQ(r["leaks"][0]["blocks"], 5);
+}
+
+TEST_F(ScriptFrames, AFailedDescriptionLeavesUnknownFramesNotACrash) {
+  describe_fails = true;
+  tracepool_t* tp = open("capture:python");
+  run_program(tp);
+  const json frames = leak_frames(tp);
+  ASSERT_EQ(frames.size(), 4u);
+  for (const json& f : frames) {
+    EXPECT_EQ(f["kind"], "python");
+    EXPECT_EQ(f["function"], "??");
+  }
+}
+
+TEST_F(ScriptFrames, WithoutAProviderThereAreNoInterpreterFrames) {
+  ASSERT_EQ(tracepool_set_frame_provider(nullptr), TRACEPOOL_OK);
+  tracepool_t* tp = open("capture:all");
+  run_program(tp);
+  const json frames = leak_frames(tp);
+  ASSERT_FALSE(frames.empty());
+  for (const json& f : frames) EXPECT_EQ(f["kind"], "native");
+}
+
+TEST(ScriptFrameProvider, MalformedProvidersAreRefused) {
+  tracepool_frame_provider_t p = toy_provider;
+  p.size = sizeof(size_t);
+  EXPECT_EQ(tracepool_set_frame_provider(&p), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  p = toy_provider;
+  p.describe = nullptr;
+  EXPECT_EQ(tracepool_set_frame_provider(&p), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tracepool_last_error()).find("capture and describe"), std::string::npos);
+  p = toy_provider;
+  std::swap(p.eval_begin, p.eval_end);
+  EXPECT_EQ(tracepool_set_frame_provider(&p), TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(ScriptFrames, ReportStringIsTheReport) {
+  tracepool_t* tp = open("capture:python");
+  run_program(tp);
+  char* text = nullptr;
+  ASSERT_EQ(tracepool_report_string(tp, "json", &text), TRACEPOOL_OK) << tracepool_last_error();
+  const json r = json::parse(text);
+  tracepool_string_free(text);
+  EXPECT_EQ(r["schema"], "tracepool.report/1");
+  EXPECT_EQ(r["leaks"][0]["frames"][0]["function"], "alloc_tensor");
+  ASSERT_EQ(tracepool_report_string(tp, "text", &text), TRACEPOOL_OK);
+  EXPECT_NE(std::string(text).find("alloc_tensor (inner.py:7)"), std::string::npos) << text;
+  tracepool_string_free(text);
+  EXPECT_EQ(tracepool_report_string(tp, "xml", &text), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(text, nullptr);
+  EXPECT_EQ(tracepool_report_string(tp, "json", nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(ScriptFrames, SnapshotHasSegmentsBlocksAndAllocTraces) {
+  tracepool_t* tp = open("capture:python");
+  run_program(tp);
+  void* transient = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 8192, 0, nullptr, &transient), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(tp, transient, nullptr), TRACEPOOL_OK);
+  char* text = nullptr;
+  ASSERT_EQ(tracepool_snapshot_string(tp, &text), TRACEPOOL_OK) << tracepool_last_error();
+  const json s = json::parse(text);
+  tracepool_string_free(text);
+  int live = 0, inactive = 0;
+  int64_t reserved = 0;
+  for (const json& seg : s["segments"]) {
+    reserved += seg["total_size"].get<int64_t>();
+    int64_t sum = 0, address = seg["address"];
+    for (const json& b : seg["blocks"]) {
+      EXPECT_EQ(b["address"].get<int64_t>(), address + sum) << "blocks tile their segment in address order";
+      sum += b["size"].get<int64_t>();
+      if (b["state"] == "active_allocated") {
+        ++live;
+        EXPECT_EQ(b["requested_size"], 4096);
+        ASSERT_FALSE(b["frames"].empty());
+        EXPECT_EQ(b["frames"][0], (json{{"filename", "inner.py"}, {"line", 7}, {"name", "alloc_tensor"}}));
+      } else {
+        EXPECT_EQ(b["state"], "inactive");
+        ++inactive;
+      }
+    }
+    EXPECT_EQ(sum, seg["total_size"].get<int64_t>());
+  }
+  EXPECT_EQ(live, 1);
+  EXPECT_GE(inactive, 1);
+  tracepool_stats_t st{};
+  st.size = sizeof st;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
+  EXPECT_EQ(static_cast<uint64_t>(reserved), st.reserved_bytes.current);
+  ASSERT_EQ(s["device_traces"].size(), 1u);
+  ASSERT_EQ(s["device_traces"][0].size(), 1u) << "one alloc entry per live block";
+  EXPECT_EQ(s["device_traces"][0][0]["action"], "alloc");
+  EXPECT_EQ(s["device_traces"][0][0]["size"], 4096);
+}
+
+TEST(ConfigureDefault, AppliesBeforeFirstUseAndIsFinalAfter) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: the default instance is per process
+  EXPECT_EXIT(
+      {
+        if (tracepool_configure_default("backend:host,bogus:1") != TRACEPOOL_ERR_BAD_CONFIG) std::exit(10);
+        if (tracepool_configure_default("backend:host,capture:off") != TRACEPOOL_OK) std::exit(11);
+        tracepool_t* tp = tracepool_default();
+        if (tp == nullptr || std::string(tracepool_backend_name(tp)) != "host") std::exit(12);
+        if (tracepool_configure_default("backend:host,capture:off") != TRACEPOOL_OK) std::exit(13);
+        if (tracepool_configure_default("backend:host") != TRACEPOOL_ERR_INVALID_ARGUMENT) std::exit(14);
+        if (std::string(tracepool_last_error()).find("already exists") == std::string::npos) std::exit(15);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
