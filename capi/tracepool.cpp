@@ -135,6 +135,7 @@ class c_frame_provider final : public core::script_provider {
   }
   uintptr_t eval_begin() const override { return p_.eval_begin; }
   uintptr_t eval_end() const override { return p_.eval_end; }
+  const void* module_address() const override { return p_.own_code; }
 
  private:
   const tracepool_frame_provider_t p_;

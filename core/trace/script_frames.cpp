@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "unwinder.h"
+
 namespace tracepool::core {
 
 namespace {
@@ -18,6 +20,9 @@ constexpr size_t max_loops = 8;
 std::atomic<uintptr_t> loop_begin[max_loops], loop_end[max_loops];
 std::atomic<size_t> loops{0};
 std::mutex loops_mutex;
+
+// The provider's module, [begin, end): read on every capture, so two relaxed atomics.
+std::atomic<uintptr_t> module_begin{0}, module_end{0};
 
 // File and function names, each stored once for the life of the process (never destroyed, so
 // that reports made from atexit handlers find them).
@@ -42,7 +47,16 @@ void set_script_provider(script_provider* p) {
       loops.store(n + 1, std::memory_order_release);
     }
   }
+  const code_range module =
+      p != nullptr && p->module_address() != nullptr ? module_range_of(p->module_address()) : code_range{};
+  module_begin.store(module.begin, std::memory_order_relaxed);
+  module_end.store(module.end, std::memory_order_relaxed);
   current.store(p, std::memory_order_release);
+}
+
+bool in_provider_module(uintptr_t return_address) {
+  return return_address - 1 >= module_begin.load(std::memory_order_relaxed) &&
+         return_address - 1 < module_end.load(std::memory_order_relaxed);
 }
 
 size_t capture_script_frames(uintptr_t* words, size_t max_frames) {

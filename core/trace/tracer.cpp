@@ -4,6 +4,7 @@
 #include <ctime>
 #include <new>
 
+#include "script_frames.h"
 #include "tags.h"
 
 namespace tracepool::core {
@@ -37,6 +38,8 @@ size_t tracer::strip_own_frames(const uintptr_t* frames, size_t n) const {
   while (i < n && i < own_frames_room && !own_.contains(frames[i])) ++i;
   if (i == n || i == own_frames_room) return 0;  // our module not seen: keep everything
   while (i < n && own_.contains(frames[i])) ++i;
+  // Then the bindings' frames (tracepool's Python extension), up to the interpreter that ran them.
+  while (i < n && in_provider_module(frames[i]) && !in_interpreter_loop(frames[i])) ++i;
   return i;
 }
 

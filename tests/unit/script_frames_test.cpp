@@ -71,7 +71,7 @@ __attribute__((noinline, section("toy_eval_text"))) void toy_eval(tracepool_t* t
 
 const tracepool_frame_provider_t toy_provider = {
     sizeof(tracepool_frame_provider_t), "toy", toy_capture, toy_describe,
-    reinterpret_cast<uintptr_t>(__start_toy_eval_text), reinterpret_cast<uintptr_t>(__stop_toy_eval_text)};
+    reinterpret_cast<uintptr_t>(__start_toy_eval_text), reinterpret_cast<uintptr_t>(__stop_toy_eval_text), nullptr};
 
 const toy_frame main_script{"outer.py", "<module>", 10}, run_fn{"outer.py", "run", 20};
 const toy_frame step_fn{"inner.py", "step", 5}, alloc_fn{"inner.py", "alloc_tensor", 7};
@@ -205,6 +205,19 @@ TEST_F(ScriptFrames, WithoutAProviderThereAreNoInterpreterFrames) {
   const json frames = leak_frames(tp);
   ASSERT_FALSE(frames.empty());
   for (const json& f : frames) EXPECT_EQ(f["kind"], "native");
+}
+
+TEST_F(ScriptFrames, BindingsModuleFramesAtTheTopAreDropped) {
+  tracepool_frame_provider_t bound = toy_provider;
+  bound.own_code = reinterpret_cast<const void*>(&leaf_alloc);  // this test program plays the bindings
+  ASSERT_EQ(tracepool_set_frame_provider(&bound), TRACEPOOL_OK);
+  tracepool_t* tp = open("capture:all");
+  run_program(tp);
+  const json frames = leak_frames(tp);
+  ASSERT_FALSE(frames.empty());
+  // This program's frames above the interpreter loop are dropped; the loop and what follows stay.
+  EXPECT_EQ(names(frames, 4), (std::vector<std::string>{"py:alloc_tensor", "py:step", "native_callback", "py:run"}))
+      << frames.dump(1);
 }
 
 TEST(ScriptFrameProvider, MalformedProvidersAreRefused) {

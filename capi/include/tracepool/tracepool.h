@@ -191,6 +191,10 @@ typedef struct tracepool_frame_provider {
    * [eval_begin, eval_end) ran the interpreter frames up to the next TRACEPOOL_FRAME_ENTRY one.
    * Reports splice the interpreter frames there (hybrid stacks). 0 and 0 if unknown. */
   uintptr_t eval_begin, eval_end;
+  /* An address inside a module whose frames at the top of a native stack are bindings that called
+   * tracepool (tracepool's Python extension): dropped from call sites like libtracepool.so's own
+   * frames. NULL for none. */
+  const void* own_code;
 } tracepool_frame_provider_t;
 
 /* Installs `provider` for every instance (NULL removes it). The struct and its functions must stay
