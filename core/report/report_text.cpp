@@ -28,40 +28,77 @@ std::string base_name(const std::string& path) {
 }
 
 std::string function_name(const frame_info& f) {
-  std::string fn = f.function.empty() ? printf_string("0x%" PRIxPTR, f.address) : f.function;
+  std::string fn = f.function;
+  if (fn.empty()) fn = f.script ? "??" : printf_string("0x%" PRIxPTR, f.address);
   if (fn.size() > 100) fn = fn.substr(0, 97) + "...";
   return fn;
 }
 
-std::string frame_line(const frame_info& f) {
+// Said after a site's first borrowed frame: its Python frames are those of the thread for which
+// another thread did the work (autograd's engine thread runs backward for the thread that called it).
+constexpr const char* borrowed_note = ", on the thread that started this work";
+
+std::string frame_line(const frame_info& f, bool note_borrowed = true) {
   const std::string fn = function_name(f);
-  const char* borrowed = f.borrowed ? " [borrowed]" : "";
-  if (!f.file.empty() && f.line > 0) return printf_string("at %s (%s:%d)%s", fn.c_str(), f.file.c_str(), f.line, borrowed);
-  if (!f.module.empty()) return printf_string("at %s (in %s)", fn.c_str(), base_name(f.module).c_str());
-  return "at " + fn + borrowed;
+  const char* note = f.borrowed && note_borrowed ? borrowed_note : "";
+  if (!f.file.empty() && f.line > 0) return printf_string("at %s (%s:%d)%s", fn.c_str(), f.file.c_str(), f.line, note);
+  if (!f.module.empty()) return printf_string("at %s (in %s)%s", fn.c_str(), base_name(f.module).c_str(), note);
+  return "at " + fn + note;
 }
 
-// The frames that say where. With interpreter frames: the innermost few of those (the user's lines),
-// after one line naming the native code that asked. Otherwise the innermost native frames, and
-// nothing beyond main (the C runtime's start).
+// Python code the user did not write: installed packages, the standard library, frozen modules.
+bool is_library(const frame_info& f) {
+  const std::string& p = f.file;
+  return p.find("/site-packages/") != std::string::npos || p.find("/dist-packages/") != std::string::npos ||
+         p.find("/lib/python3") != std::string::npos || p.rfind("<frozen", 0) == 0;
+}
+
+// The Python frames of a stack, innermost first, and the first of them that is the user's own.
+struct python_view {
+  std::vector<const frame_info*> frames;
+  size_t first_user = 0;
+};
+
+python_view python_frames(const std::vector<frame_info>& fs) {
+  python_view v;
+  for (const frame_info& f : fs)
+    if (f.script) v.frames.push_back(&f);
+  while (v.first_user < v.frames.size() && is_library(*v.frames[v.first_user])) ++v.first_user;
+  if (v.first_user == v.frames.size()) v.first_user = 0;  // no user frame: from the innermost
+  return v;
+}
+
+// "in ..." naming what the user's line called: the innermost Python frame when library frames come
+// before the user's, else the innermost native frame.
+std::string entry_line(const std::vector<frame_info>& fs, const python_view& v) {
+  if (v.first_user > 0) {
+    const frame_info& f = *v.frames[0];
+    return "in " + function_name(f) + printf_string(" (%s:%d)", base_name(f.file).c_str(), f.line);
+  }
+  const frame_info& n = fs[0];
+  if (n.function.empty()) return "in " + (n.module.empty() ? function_name(n) : base_name(n.module));
+  return "in " + function_name(n) + (n.module.empty() ? "" : " (" + base_name(n.module) + ")");
+}
+
+// The frames that say where. With Python frames: one line naming what was called, then the user's
+// innermost Python lines and their callers, and nothing beyond a module's top level (what ran it is
+// runpy or `python -m tracepool run`). Otherwise the innermost native frames, and nothing beyond main
+// (the C runtime's start).
 void frames(std::string& out, const std::vector<frame_info>& fs) {
   if (fs.empty()) {
     out += "       (no call site: capture was off or the site table was full)\n";
     return;
   }
-  size_t first_script = 0;
-  while (first_script < fs.size() && !fs[first_script].script) ++first_script;
-  if (first_script < fs.size()) {
-    if (first_script > 0) {
-      const frame_info& n = fs[0];
-      out += "       in " + function_name(n) + (n.module.empty() ? "" : " (" + base_name(n.module) + ")") + "\n";
+  const python_view v = python_frames(fs);
+  if (!v.frames.empty()) {
+    if (&fs[0] != v.frames[v.first_user]) out += "       " + entry_line(fs, v) + "\n";
+    size_t i = v.first_user;
+    for (; i < v.frames.size() && i < v.first_user + frames_shown; ++i) {
+      const bool note = i == v.first_user || !v.frames[i - 1]->borrowed;  // once per borrowed run
+      out += "       " + frame_line(*v.frames[i], note) + "\n";
+      if (v.frames[i]->function == "<module>") return;
     }
-    size_t shown = 0, i = first_script;
-    for (; i < fs.size() && shown < frames_shown; ++i)
-      if (fs[i].script) out += "       " + frame_line(fs[i]) + "\n", ++shown;
-    size_t more = 0;
-    for (; i < fs.size(); ++i) more += fs[i].script;
-    if (more > 0) out += printf_string("       ... %zu more Python frames\n", more);
+    if (i < v.frames.size()) out += printf_string("       ... %zu more Python frames\n", v.frames.size() - i);
     return;
   }
   size_t shown = 0;
@@ -72,11 +109,10 @@ void frames(std::string& out, const std::vector<frame_info>& fs) {
   if (shown < fs.size()) out += printf_string("       ... %zu more frames\n", fs.size() - shown);
 }
 
-// The one frame that names a site in a line: the innermost interpreter frame, else the innermost.
+// The one frame that names a site in a line: the user's innermost Python frame, else the innermost.
 const frame_info& where(const std::vector<frame_info>& fs) {
-  for (const frame_info& f : fs)
-    if (f.script) return f;
-  return fs[0];
+  const python_view v = python_frames(fs);
+  return v.frames.empty() ? fs[0] : *v.frames[v.first_user];
 }
 
 std::string tag_list(const std::vector<std::string>& tags) {
@@ -105,6 +141,8 @@ std::string to_text(const report& r, size_t top) {
   out += printf_string("== tracepool report (%s): %s backend", r.reason.c_str(), r.backend.c_str());
   if (r.capture == "off")
     out += ", call-site capture off\n";
+  else if (r.capture == "python")
+    out += printf_string(", Python stacks of up to %d frames", r.python_depth);
   else
     out += printf_string(", %s stacks of up to %d frames", r.unwinder.c_str(), r.capture_depth);
   if (r.capture != "off")

@@ -1,0 +1,359 @@
+"""The command line: `python -m tracepool run` runs a program with tracepool as its allocator and
+reports where its memory went when it ends; `python -m tracepool report` renders a saved report.
+
+Errors of the command line itself (a missing script, a bad --conf, a file that is not a report)
+are one line on stderr and exit status 2, never a traceback. A script's own failure is the
+script's: its traceback is printed as Python would, the report follows, and its status is kept.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import runpy
+import sys
+import traceback
+
+from . import _text
+
+SCHEMA = "tracepool.report/1"
+USAGE_ERROR = 2
+
+_RUN_DESCRIPTION = """\
+Run a Python program with tracepool as its allocator, then report which lines hold memory.
+
+The program runs as __main__, as `python script.py args...` or `python -m module args...` would
+run it. If PyTorch is installed, tracepool becomes PyTorch's CUDA allocator before the program
+starts (if CUDA is unusable there, PyTorch is left alone and only tracepool's own Python API is
+tracked); otherwise the program allocates through tracepool's Python API (tracepool.alloc). When
+the program ends (normally, by sys.exit, or by an exception, whose traceback is printed first) the
+report goes to stderr, or to --output. The exit status is the program's.
+
+The report lists the memory still held at the end by call site (the Python lines that allocated
+it), flags sites that grew at every tracepool.mark() as GROWING, lists blocks that outlived marks,
+and shows the cache: memory reserved but free, which nvidia-smi counts and no tensor holds."""
+
+_RUN_EPILOG = """\
+examples:
+  python -m tracepool run train.py --epochs 3
+  python -m tracepool run --conf sample_bytes:1MiB -o report.json -m mypackage.train
+  python -m tracepool run --top 5 --no-torch examples/leaky_training.py
+  python -m tracepool report report.json
+
+Options come before the script (or -m module); everything after it is the program's."""
+
+_REPORT_DESCRIPTION = """\
+Render a report saved as JSON (by `run -o report.json`, tracepool.write_report("x.json") or
+TRACEPOOL_REPORT=x.json) as text on stdout: the sites holding memory, largest first, with the
+lines that allocated it; retained blocks and marks; the cached memory."""
+
+_REPORT_EPILOG = """\
+examples:
+  python -m tracepool report report.json
+  python -m tracepool report --top 3 report.json
+  python -m tracepool report --format json report.json | less"""
+
+
+class UsageError(Exception):
+    """A mistake on the command line: one line on stderr, exit status 2."""
+
+
+def _positive_int(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError("expected a positive integer, got %r" % text)
+    return n
+
+
+def _version():
+    import tracepool
+
+    version = getattr(tracepool, "__version__", None)
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("tracepool")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+    return "tracepool " + version
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m tracepool",
+        description="tracepool: a caching GPU-memory allocator that says which lines of code hold memory.",
+        epilog="Run `python -m tracepool COMMAND --help` for a command's options.\n\n" + _RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        help="run a Python program with tracepool as its allocator and report where its memory went",
+        description=_RUN_DESCRIPTION,
+        epilog=_RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [options] (script.py | -m module) [args ...]",
+    )
+    run.add_argument(
+        "--conf",
+        metavar="TEXT",
+        help="tracepool's configuration, key:value pairs separated by commas, as TRACEPOOL_CONF (which it "
+        "replaces), e.g. backend:host,sample_bytes:1MiB or capture:native,capture_depth:64. "
+        "README.md's configuration table lists the keys",
+    )
+    run.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the report to FILE instead of stderr: JSON if FILE ends in .json, else text",
+    )
+    run.add_argument(
+        "--format",
+        choices=("text", "json"),
+        help="the report's format, whatever --output ends in (default: text on stderr, or by --output's extension)",
+    )
+    run.add_argument(
+        "--top",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="sites shown in each section of the text report (default 10); JSON reports hold every site",
+    )
+    run.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="do not make tracepool PyTorch's allocator, even if PyTorch is installed: only allocations "
+        "through tracepool's own API are tracked",
+    )
+    run.add_argument("-m", dest="module", metavar="module", help="run a module as `python -m module` would")
+    run.add_argument("script", nargs="?", help="the Python file to run (unless -m is given)")
+    run.add_argument("args", nargs="*", help="the program's own arguments (sys.argv[1:])")
+
+    report = commands.add_parser(
+        "report",
+        help="render a saved JSON report as text",
+        description=_REPORT_DESCRIPTION,
+        epilog=_REPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("file", metavar="FILE.json", help="a report saved as JSON (schema %s)" % SCHEMA)
+    report.add_argument(
+        "--top", type=_positive_int, default=10, metavar="N", help="sites shown in each section (default 10)"
+    )
+    report.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default), or the JSON itself, indented",
+    )
+    return parser
+
+
+# Options of `run` that take a value; they and the flags come before the program.
+_RUN_VALUE_OPTIONS = {"--conf", "-o", "--output", "--format", "--top"}
+
+
+def _split_run_argv(argv):
+    """(tracepool's options, program argv). The program starts at the first argument that is not
+    an option (the script) or after -m's module, so the program's options are never ours."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[:i], argv[i + 1 :]
+        if arg == "-m":
+            return argv[: i + 2], argv[i + 2 :]
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return argv[: i + 1], argv[i + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            return argv[:i], argv[i:]
+        i += 2 if arg in _RUN_VALUE_OPTIONS else 1
+    return argv, []
+
+
+def _write_atomically(path, text):
+    tmp = "%s.tmp%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _install(options):
+    """Makes tracepool the allocator the program will use. Returns None, or raises UsageError."""
+    import tracepool
+
+    conf = options.conf
+    if not options.no_torch and importlib.util.find_spec("torch") is not None:
+        import tracepool.torch
+
+        try:
+            tracepool.torch.install(conf)
+            return
+        except tracepool.Error as e:
+            raise UsageError("--conf: %s" % e) from None
+        except RuntimeError as e:
+            print(
+                "tracepool: PyTorch left with its own allocator (%s); tracking tracepool's own API only" % e,
+                file=sys.stderr,
+            )
+    try:
+        if conf is not None:
+            tracepool.configure(conf)
+        tracepool.stats()  # creates the default instance now, so a bad configuration fails here
+    except tracepool.Error as e:
+        raise UsageError("--conf: %s" % e if conf is not None else str(e)) from None
+
+
+def _program_traceback(exc):
+    """The traceback Python would print: the program's frames, without runpy's or ours."""
+    tb = exc.__traceback__
+    ours = (os.path.abspath(__file__), os.path.abspath(runpy.__file__))
+    while tb is not None and (
+        os.path.abspath(tb.tb_frame.f_code.co_filename) in ours or tb.tb_frame.f_code.co_filename.startswith("<frozen ")
+    ):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _exit_status(exc):
+    """What the interpreter exits with for a SystemExit (printing its message as Python does)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_program(options, program_args):
+    """Runs the program as __main__. Returns (exit status, what keeps its objects alive): the
+    program's globals, or its exception (whose traceback holds its frames), so that what it still
+    held at its end is still held when the report is made, as at a real exit."""
+    if options.module is not None:
+        sys.argv = [options.module] + program_args  # runpy replaces [0] with the module's file
+        sys.path[0] = os.getcwd()
+        run = lambda: runpy.run_module(options.module, run_name="__main__", alter_sys=True)  # noqa: E731
+    else:
+        script = os.path.abspath(options.script)  # as Python names its main script since 3.9
+        sys.argv = [script] + program_args
+        sys.path[0] = os.path.dirname(script)
+        run = lambda: runpy.run_path(script, run_name="__main__")  # noqa: E731
+    try:
+        return 0, run()
+    except SystemExit as e:
+        return _exit_status(e), e
+    except BaseException as e:  # the program's failure: reported as Python reports it
+        sys.stderr.write(_program_traceback(e))
+        return (130 if isinstance(e, KeyboardInterrupt) else 1), e
+
+
+def _report_at_end(options):
+    import tracepool
+
+    report = json.loads(tracepool.report(format="json"))
+    report["reason"] = "exit"  # made as the program ended: what it still holds, it leaked
+    fmt = options.format
+    if fmt is None:
+        fmt = "json" if options.output is not None and options.output.endswith(".json") else "text"
+    text = json.dumps(report) + "\n" if fmt == "json" else _text.render(report, options.top)
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
+    if options.output is None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return 0
+    try:
+        _write_atomically(options.output, text)
+    except OSError as e:
+        print("tracepool: cannot write the report to %s: %s" % (options.output, e.strerror or e), file=sys.stderr)
+        return 1
+    print("tracepool: report written to %s" % options.output, file=sys.stderr)
+    return 0
+
+
+def _run(parser, argv):
+    ours, program_args = _split_run_argv(argv)
+    options = parser.parse_args(["run"] + ours)  # never holds the program: script and args are for --help
+    if options.module is None:
+        if not program_args:
+            raise UsageError("run: name a script to run, or -m module")
+        options.script, program_args = program_args[0], program_args[1:]
+    if options.module is None and not os.path.isfile(options.script):
+        raise UsageError("run: no such file: %s" % options.script)
+    _install(options)
+    if options.module is not None:  # after _install: finding a submodule imports its packages
+        try:
+            found = importlib.util.find_spec(options.module)
+        except (ImportError, ValueError) as e:
+            raise UsageError("run: cannot run module %s: %s" % (options.module, e)) from None
+        if found is None:
+            raise UsageError("run: no module named %s" % options.module)
+
+    status, keep_alive = _run_program(options, program_args)
+    if _report_at_end(options) != 0 and status == 0:
+        status = 1
+    del keep_alive
+    return status
+
+
+def load_report(path):
+    """The report saved at `path`, as a dict; UsageError if it cannot be read or is not one."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise UsageError("report: cannot read %s: %s" % (path, e.strerror or e)) from None
+    except UnicodeDecodeError:
+        raise UsageError("report: %s is not a tracepool report (not text)" % path) from None
+    try:
+        report = json.loads(text)
+    except ValueError as e:
+        raise UsageError("report: %s is not a tracepool report (not JSON: %s)" % (path, e)) from None
+    schema = report.get("schema") if isinstance(report, dict) else None
+    if schema != SCHEMA:
+        if isinstance(schema, str) and schema.startswith("tracepool.report/"):
+            raise UsageError("report: %s has schema %s; this tracepool reads %s" % (path, schema, SCHEMA))
+        raise UsageError('report: %s is not a tracepool report (no "schema": "%s")' % (path, SCHEMA))
+    return report
+
+
+def _report(parser, argv):
+    options = parser.parse_args(["report"] + argv)
+    report = load_report(options.file)
+    if options.format == "json":
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(_text.render(report, options.top))
+    return 0
+
+
+def main(argv=None):
+    """The command line; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "run":
+            return _run(parser, rest)
+        if command == "report":
+            return _report(parser, rest)
+        parser.parse_args(argv)  # --help, --version, or an error naming the unknown command
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    except UsageError as e:
+        print("tracepool: %s" % e, file=sys.stderr)
+        return USAGE_ERROR
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else USAGE_ERROR

@@ -1,0 +1,352 @@
+"""`python -m tracepool`: run, report, help and errors, in subprocesses on the host backend; the text
+renderer on made-up stacks; and the demo, examples/leaky_training.py, through the command line."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tracepool import _text
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "examples" / "leaky_training.py"
+OPTIONS_OF_RUN = ["--conf", "--output", "-o", "--format", "--top", "--no-torch", "-m"]
+
+
+def tracepool_cli(*args, cwd=None, conf="backend:host"):
+    env = dict(os.environ, TRACEPOOL_CONF=conf)
+    env.pop("TRACEPOOL_REPORT", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tracepool", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def line_of(path, marker):
+    """The 1-based number of the only line of `path` that contains `marker`."""
+    lines = [i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if marker in text]
+    assert len(lines) == 1, (marker, lines)
+    return lines[0]
+
+
+def python_frames(site):
+    return [(f["file"], f["line"], f["function"]) for f in site["frames"] if f["kind"] == "python"]
+
+
+def site_at(sites, file, line):
+    """The sites of `sites` with a Python frame at file:line."""
+    return [s for s in sites if any(f[:2] == (str(file), line) for f in python_frames(s))]
+
+
+def section(text, heading):
+    """The lines of one section of a text report, from its heading to the next blank line."""
+    start = text.index(heading)
+    end = text.find("\n\n", start)
+    return text[start : end if end >= 0 else len(text)]
+
+
+LEAKER = """\
+import sys
+import tracepool
+
+kept = []
+
+
+def leak(nbytes):
+    kept.append(tracepool.alloc(nbytes))  # LEAK
+
+
+for epoch in range(3):
+    leak(1 << 20)
+    tracepool.mark("epoch %d" % epoch)
+"""
+
+
+@pytest.fixture
+def leaker(tmp_path):
+    script = tmp_path / "leaker.py"
+    script.write_text(LEAKER)
+    return script
+
+
+def test_run_prints_a_report_naming_the_line_and_function_that_leaked(leaker):
+    done = tracepool_cli("run", leaker)
+    assert done.returncode == 0, done.stderr
+    leaked = section(done.stderr, "Leaked: memory still allocated at exit")
+    assert "#1 3.00 MiB in 3 blocks  GROWING across marks: 1.00 MiB 2.00 MiB 3.00 MiB" in leaked
+    assert "at leak (%s:%d)" % (leaker, line_of(leaker, "# LEAK")) in leaked
+
+
+def test_run_writes_a_json_report_with_python_frames(leaker, tmp_path):
+    out = tmp_path / "report.json"
+    done = tracepool_cli("run", "--output", out, leaker)
+    assert done.returncode == 0, done.stderr
+    assert "== tracepool report" not in done.stderr
+    report = json.loads(out.read_text())
+    assert report["schema"] == "tracepool.report/1"
+    assert report["reason"] == "exit"
+    [site] = site_at(report["leaks"], leaker, line_of(leaker, "# LEAK"))
+    assert site["bytes"] == 3 << 20 and site["blocks"] == 3 and site["growing"]
+    assert python_frames(site)[0] == (str(leaker), line_of(leaker, "# LEAK"), "leak")
+
+
+def test_format_overrides_the_extension_of_output(leaker, tmp_path):
+    out = tmp_path / "report.json"
+    done = tracepool_cli("run", "--format", "text", "-o", out, leaker)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("== tracepool report (exit)")
+
+
+def test_run_m_runs_a_module_with_its_arguments(tmp_path):
+    (tmp_path / "leaker_module.py").write_text(LEAKER + "print(sys.argv[1:])\n")
+    done = tracepool_cli("run", "-m", "leaker_module", "--top", "x", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['--top', 'x']\n"
+    module = tmp_path / "leaker_module.py"
+    assert "at leak (%s:%d)" % (module, line_of(module, "# LEAK")) in done.stderr
+
+
+def test_script_arguments_reach_sys_argv_and_options_after_the_script_are_the_scripts(tmp_path):
+    script = tmp_path / "args.py"
+    script.write_text("import json, sys\nprint(json.dumps(sys.argv))\nprint(sys.path[0])\n")
+    done = tracepool_cli("run", "--top", "2", script, "-o", "x.json", "--no-torch", "plain")
+    assert done.returncode == 0, done.stderr
+    argv, path0 = done.stdout.splitlines()
+    assert json.loads(argv) == [str(script), "-o", "x.json", "--no-torch", "plain"]
+    assert path0 == str(tmp_path)
+    assert "== tracepool report (exit)" in done.stderr
+
+
+def test_the_scripts_exit_status_is_kept(tmp_path):
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    done = tracepool_cli("run", script)
+    assert done.returncode == 3
+    assert "== tracepool report (exit)" in done.stderr
+
+
+def test_an_exception_prints_its_traceback_then_the_report_and_exits_1(leaker, tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(LEAKER + "raise ValueError('boom')\n")
+    done = tracepool_cli("run", script)
+    assert done.returncode == 1
+    traceback, report = done.stderr.split("== tracepool report (exit)")
+    assert 'Traceback (most recent call last):\n  File "%s"' % script in traceback
+    assert traceback.endswith("ValueError: boom\n")
+    assert "runpy" not in traceback and "_cli.py" not in traceback
+    # What the failed program still held (its globals) is still held when the report is made.
+    assert "at leak (%s:%d)" % (script, line_of(script, "# LEAK")) in report
+
+
+def test_report_renders_a_saved_report_as_the_run_printed_it(leaker, tmp_path):
+    out = tmp_path / "report.json"
+    assert tracepool_cli("run", "-o", out, leaker).returncode == 0
+    done = tracepool_cli("report", out)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _text.render(json.loads(out.read_text()))
+    assert "at leak (%s:%d)" % (leaker, line_of(leaker, "# LEAK")) in done.stdout
+    as_json = tracepool_cli("report", "--format", "json", out)
+    assert json.loads(as_json.stdout) == json.loads(out.read_text())
+
+
+def test_top_limits_the_sites_shown(tmp_path):
+    script = tmp_path / "many.py"
+    script.write_text(
+        "import tracepool\n" + "".join("a%d = tracepool.alloc(%d)\n" % (i, 4096 * (i + 1)) for i in range(5))
+    )
+    done = tracepool_cli("run", "--top", "2", script)
+    assert done.returncode == 0, done.stderr
+    leaked = section(done.stderr, "Leaked:")
+    assert "#2 " in leaked and "#3 " not in leaked
+    assert "... 3 more sites holding 24.00 KiB" in leaked
+
+
+def test_help_explains_every_option_with_examples():
+    run = tracepool_cli("run", "--help")
+    assert run.returncode == 0
+    for option in OPTIONS_OF_RUN:
+        assert option in run.stdout
+    assert "examples:" in run.stdout and "python -m tracepool run train.py" in run.stdout
+    report = tracepool_cli("report", "--help")
+    assert report.returncode == 0
+    assert "--top" in report.stdout and "--format" in report.stdout and "examples:" in report.stdout
+    top = tracepool_cli("--help")
+    assert top.returncode == 0 and "run" in top.stdout and "report" in top.stdout
+
+
+def test_no_arguments_print_help_and_exit_2():
+    done = tracepool_cli()
+    assert done.returncode == 2
+    assert "usage:" in done.stderr
+
+
+def test_version():
+    done = tracepool_cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("tracepool ")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "cannot read"),
+        ("not json", "is not a tracepool report (not JSON"),
+        ('{"leaks": []}', 'is not a tracepool report (no "schema"'),
+        ('{"schema": "tracepool.report/2"}', "has schema tracepool.report/2"),
+    ],
+)
+def test_report_refuses_what_is_not_a_report(tmp_path, content, message):
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    done = tracepool_cli("report", path)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_run_refuses_a_missing_script_or_module_and_a_bad_conf(leaker, tmp_path):
+    for args in (
+        ["run", tmp_path / "missing.py"],
+        ["run", "-m", "no_such_module_here"],
+        ["run", "--conf", "colour:blue", leaker],
+    ):
+        done = tracepool_cli(*args, cwd=tmp_path)
+        assert done.returncode == 2, args
+        # Where PyTorch can use CUDA, a line saying it keeps its own allocator (host backend) may come first.
+        assert done.stderr.splitlines()[-1].startswith("tracepool: "), done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_renderers_agree_for_every_capture_mode():
+    """The text tracepool's core writes, and this package's rendering of its JSON, for the same
+    state, with native, Python and hybrid stacks: they are the same text."""
+    program = textwrap.dedent("""
+        import json, tracepool
+        from tracepool import _text
+        kept = [tracepool.alloc(n) for n in (100, 5 << 20)]
+        tracepool.free(tracepool.alloc(3 << 20))
+        with tracepool.tag("t"):
+            for i in range(3):
+                kept.append(tracepool.alloc(4096))
+                tracepool.mark("epoch %d" % i)
+        print(tracepool.report(format="text") == _text.render(json.loads(tracepool.report(format="json"))))
+        """)
+    for capture in ("native", "python", "all"):
+        env = dict(os.environ, TRACEPOOL_CONF="backend:host,capture:" + capture)
+        done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+        assert done.stdout == "True\n", (capture, done.stderr)
+
+
+def native(function, file=None, line=None, module="/usr/lib/libtorch_cuda.so"):
+    return {"kind": "native", "function": function, "file": file, "line": line, "module": module, "address": "0x1"}
+
+
+def python(function, file, line, borrowed=False):
+    return {"kind": "python", "function": function, "file": file, "line": line, "borrowed": borrowed}
+
+
+def one_site_report(frames):
+    site = {
+        "site": 1,
+        "bytes": 1024,
+        "blocks": 1,
+        "peak_bytes": 1024,
+        "total_bytes": 1024,
+        "tags": [],
+        "frames": frames,
+    }
+    return {"schema": "tracepool.report/1", "reason": "exit", "backend": "cuda", "leaks": [site], "cached": []}
+
+
+def where(frames):
+    return section(_text.render(one_site_report(frames)), "Leaked:").splitlines()[2:]
+
+
+def test_a_python_site_is_shown_by_its_python_lines_after_the_native_function_that_asked():
+    frames = [native("at::empty_cuda"), native("at::matmul")]
+    frames += [python("forward", "model.py", 12), native("_PyEval_EvalFrameDefault", module="/usr/bin/python3")]
+    frames += [python("step", "train.py", 30), python("<module>", "train.py", 40), python("_run_code", "runpy.py", 88)]
+    assert where(frames) == [
+        "       in at::empty_cuda (libtorch_cuda.so)",
+        "       at forward (model.py:12)",
+        "       at step (train.py:30)",
+        "       at <module> (train.py:40)",
+    ]
+
+
+def test_at_most_five_python_lines_are_shown_and_the_rest_counted():
+    frames = [python("f%d" % i, "deep.py", i) for i in range(1, 9)] + [native("main", "python.c", 15)]
+    assert where(frames) == ["       at f%d (deep.py:%d)" % (i, i) for i in range(1, 6)] + [
+        "       ... 3 more Python frames"
+    ]
+
+
+def test_borrowed_python_frames_say_so_once():
+    frames = [native("torch::autograd::Engine::evaluate_function")]
+    frames += [python("step", "train.py", 7, borrowed=True), python("main", "train.py", 9, borrowed=True)]
+    assert where(frames)[1:] == [
+        "       at step (train.py:7), on the thread that started this work",
+        "       at main (train.py:9)",
+    ]
+
+
+def test_native_only_sites_read_as_the_core_renders_them():
+    frames = [
+        native("alloc", "a.c", 3),
+        native("??", module=None),
+        native("main", "a.c", 9),
+        native("__libc_start_main"),
+    ]
+    assert where(frames) == ["       at alloc (a.c:3)", "       at 0x1", "       at main (a.c:9)"]
+    frames = [native("f%d" % i, "deep.c", i) for i in range(1, 9)]
+    assert where(frames) == ["       at f%d (deep.c:%d)" % (i, i) for i in range(1, 6)] + ["       ... 3 more frames"]
+
+
+def test_an_unnamed_native_function_is_named_by_its_module():
+    frames = [native("??", module="/x/_tracepool.so"), python("f", "a.py", 1)]
+    assert where(frames)[0] == "       in _tracepool.so"
+
+
+def test_human_bytes_uses_binary_units_with_two_decimals():
+    assert [_text.human_bytes(n) for n in (0, 1023, 1024, 1536, 5 << 20, 3 << 30, -2048)] == [
+        "0 B",
+        "1023 B",
+        "1.00 KiB",
+        "1.50 KiB",
+        "5.00 MiB",
+        "3.00 GiB",
+        "-2.00 KiB",
+    ]
+
+
+def test_demo_names_its_growing_lines_and_shows_its_activations_as_cached(tmp_path):
+    out = tmp_path / "demo.json"
+    done = tracepool_cli("run", "--no-torch", "-o", out, DEMO)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    outputs_line = line_of(DEMO, "val_outputs.append(model(")
+    loss_line = line_of(DEMO, "loss = model(random_batch(")
+    activations_line = line_of(DEMO, "hidden = (x @ self.w1).relu()")
+
+    [outputs] = site_at(report["leaks"], DEMO, outputs_line)
+    assert outputs["growing"] and outputs["tags"] == ["validation"] and outputs["bytes"] == 18 << 20
+    [loss] = site_at(report["leaks"], DEMO, loss_line)
+    assert loss["growing"] and loss["tags"] == ["train"] and loss["blocks"] == 24
+    assert [s for s in report["leaks"] if s["growing"]] == [outputs, loss]
+    assert site_at(report["cached"], DEMO, activations_line)
+    assert not site_at(report["leaks"], DEMO, activations_line)
+
+    text = tracepool_cli("report", out).stdout
+    leaked, cached = section(text, "Leaked:"), section(text, "Cached:")
+    for line in (outputs_line, loss_line):
+        assert "leaky_training.py:%d)" % line in leaked
+    assert leaked.count("GROWING") == 2
+    assert "leaky_training.py:%d)" % activations_line in cached
