@@ -135,7 +135,6 @@ class c_frame_provider final : public core::script_provider {
   }
   uintptr_t eval_begin() const override { return p_.eval_begin; }
   uintptr_t eval_end() const override { return p_.eval_end; }
-  const void* module_address() const override { return p_.own_code; }
 
  private:
   const tracepool_frame_provider_t p_;
@@ -376,6 +375,13 @@ int tracepool_set_frame_provider(const tracepool_frame_provider_t* p) {
       return tracepool::fail(status::invalid_argument, "tracepool_set_frame_provider: eval_begin > eval_end");
     core::set_script_provider(new c_frame_provider(*p));  // never deleted: see script_frames.h
     return status::ok;
+  });
+}
+
+int tracepool_add_bindings_module(const void* address) {
+  return guarded("tracepool_add_bindings_module", [&] {
+    if (address == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_add_bindings_module: NULL");
+    return core::add_bindings_module(address);
   });
 }
 

@@ -21,8 +21,9 @@ std::atomic<uintptr_t> loop_begin[max_loops], loop_end[max_loops];
 std::atomic<size_t> loops{0};
 std::mutex loops_mutex;
 
-// The provider's module, [begin, end): read on every capture, so two relaxed atomics.
-std::atomic<uintptr_t> module_begin{0}, module_end{0};
+// Bindings modules: append-only like the loops, read on every capture.
+std::atomic<uintptr_t> bindings_begin[max_bindings_modules], bindings_end[max_bindings_modules];
+std::atomic<size_t> bindings{0};
 
 // File and function names, each stored once for the life of the process (never destroyed, so
 // that reports made from atexit handlers find them).
@@ -47,16 +48,32 @@ void set_script_provider(script_provider* p) {
       loops.store(n + 1, std::memory_order_release);
     }
   }
-  const code_range module =
-      p != nullptr && p->module_address() != nullptr ? module_range_of(p->module_address()) : code_range{};
-  module_begin.store(module.begin, std::memory_order_relaxed);
-  module_end.store(module.end, std::memory_order_relaxed);
   current.store(p, std::memory_order_release);
 }
 
-bool in_provider_module(uintptr_t return_address) {
-  return return_address - 1 >= module_begin.load(std::memory_order_relaxed) &&
-         return_address - 1 < module_end.load(std::memory_order_relaxed);
+status add_bindings_module(const void* address_in_module) {
+  const code_range module = module_range_of(address_in_module);
+  if (module.begin == module.end)
+    return fail(status::invalid_argument, "add_bindings_module: %p is in no loaded module", address_in_module);
+  std::lock_guard<std::mutex> lock(loops_mutex);
+  const size_t n = bindings.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i)
+    if (bindings_begin[i].load(std::memory_order_relaxed) == module.begin) return status::ok;
+  if (n == max_bindings_modules)
+    return fail(status::invalid_argument, "add_bindings_module: %zu modules already marked, the most kept", n);
+  bindings_begin[n].store(module.begin, std::memory_order_relaxed);
+  bindings_end[n].store(module.end, std::memory_order_relaxed);
+  bindings.store(n + 1, std::memory_order_release);
+  return status::ok;
+}
+
+bool in_bindings_module(uintptr_t return_address) {
+  const uintptr_t pc = return_address - 1;
+  const size_t n = bindings.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (pc >= bindings_begin[i].load(std::memory_order_relaxed) && pc < bindings_end[i].load(std::memory_order_relaxed))
+      return true;
+  return false;
 }
 
 size_t capture_script_frames(uintptr_t* words, size_t max_frames) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "status.h"
+
 namespace tracepool::core {
 
 inline constexpr size_t words_per_script_frame = 2;
@@ -43,9 +45,6 @@ class script_provider {
   // Native code of the interpreter loop, [begin, end); 0, 0 if unknown.
   virtual uintptr_t eval_begin() const = 0;
   virtual uintptr_t eval_end() const = 0;
-  // An address inside a module of bindings that call tracepool (its Python extension), whose frames
-  // at the top of a native stack are dropped like libtracepool.so's; nullptr for none.
-  virtual const void* module_address() const = 0;
 };
 
 // Installs `p` for every instance (nullptr removes). Providers are never destroyed: a capture on
@@ -62,7 +61,10 @@ script_frame* describe_script_frames(const uintptr_t* words, size_t frames);
 // Whether `return_address` lies in the interpreter loop of a provider registered at any time.
 bool in_interpreter_loop(uintptr_t return_address);
 
-// Whether `return_address` lies in the current provider's bindings module (module_address()).
-bool in_provider_module(uintptr_t return_address);
+// Modules of bindings that call tracepool (its Python extension, its PyTorch shim): their frames at
+// the top of a native stack are dropped like libtracepool.so's. At most max_bindings_modules.
+inline constexpr size_t max_bindings_modules = 8;
+status add_bindings_module(const void* address_in_module);
+bool in_bindings_module(uintptr_t return_address);
 
 }  // namespace tracepool::core

@@ -39,7 +39,7 @@ size_t tracer::strip_own_frames(const uintptr_t* frames, size_t n) const {
   if (i == n || i == own_frames_room) return 0;  // our module not seen: keep everything
   while (i < n && own_.contains(frames[i])) ++i;
   // Then the bindings' frames (tracepool's Python extension), up to the interpreter that ran them.
-  while (i < n && in_provider_module(frames[i]) && !in_interpreter_loop(frames[i])) ++i;
+  while (i < n && in_bindings_module(frames[i]) && !in_interpreter_loop(frames[i])) ++i;
   return i;
 }
 

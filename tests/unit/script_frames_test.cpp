@@ -71,7 +71,7 @@ __attribute__((noinline, section("toy_eval_text"))) void toy_eval(tracepool_t* t
 
 const tracepool_frame_provider_t toy_provider = {
     sizeof(tracepool_frame_provider_t), "toy", toy_capture, toy_describe,
-    reinterpret_cast<uintptr_t>(__start_toy_eval_text), reinterpret_cast<uintptr_t>(__stop_toy_eval_text), nullptr};
+    reinterpret_cast<uintptr_t>(__start_toy_eval_text), reinterpret_cast<uintptr_t>(__stop_toy_eval_text)};
 
 const toy_frame main_script{"outer.py", "<module>", 10}, run_fn{"outer.py", "run", 20};
 const toy_frame step_fn{"inner.py", "step", 5}, alloc_fn{"inner.py", "alloc_tensor", 7};
@@ -207,17 +207,26 @@ TEST_F(ScriptFrames, WithoutAProviderThereAreNoInterpreterFrames) {
   for (const json& f : frames) EXPECT_EQ(f["kind"], "native");
 }
 
+TEST(BindingsModules, AnAddressOutsideEveryModuleIsRefused) {
+  EXPECT_EQ(tracepool_add_bindings_module(nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  int on_stack = 0;
+  EXPECT_EQ(tracepool_add_bindings_module(&on_stack), TRACEPOOL_ERR_INVALID_ARGUMENT) << "not in a module";
+  EXPECT_NE(std::string(tracepool_last_error()).find("no loaded module"), std::string::npos);
+}
+
 TEST_F(ScriptFrames, BindingsModuleFramesAtTheTopAreDropped) {
-  tracepool_frame_provider_t bound = toy_provider;
-  bound.own_code = reinterpret_cast<const void*>(&leaf_alloc);  // this test program plays the bindings
-  ASSERT_EQ(tracepool_set_frame_provider(&bound), TRACEPOOL_OK);
-  tracepool_t* tp = open("capture:all");
-  run_program(tp);
-  const json frames = leak_frames(tp);
-  ASSERT_FALSE(frames.empty());
-  // This program's frames above the interpreter loop are dropped; the loop and what follows stay.
-  EXPECT_EQ(names(frames, 4), (std::vector<std::string>{"py:alloc_tensor", "py:step", "native_callback", "py:run"}))
-      << frames.dump(1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // marking is for the life of the process: do it in a child
+  EXPECT_EXIT(
+      {
+        // This test program plays the bindings.
+        if (tracepool_add_bindings_module(reinterpret_cast<const void*>(&leaf_alloc)) != TRACEPOOL_OK) std::exit(10);
+        tracepool_t* tp = open("capture:all");
+        run_program(tp);
+        const std::vector<std::string> got = names(leak_frames(tp), 4);
+        // Its frames above the interpreter loop are dropped; the loop and what follows stay.
+        std::exit(got == std::vector<std::string>{"py:alloc_tensor", "py:step", "native_callback", "py:run"} ? 0 : 11);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(ScriptFrameProvider, MalformedProvidersAreRefused) {

@@ -191,15 +191,17 @@ typedef struct tracepool_frame_provider {
    * [eval_begin, eval_end) ran the interpreter frames up to the next TRACEPOOL_FRAME_ENTRY one.
    * Reports splice the interpreter frames there (hybrid stacks). 0 and 0 if unknown. */
   uintptr_t eval_begin, eval_end;
-  /* An address inside a module whose frames at the top of a native stack are bindings that called
-   * tracepool (tracepool's Python extension): dropped from call sites like libtracepool.so's own
-   * frames. NULL for none. */
-  const void* own_code;
 } tracepool_frame_provider_t;
 
 /* Installs `provider` for every instance (NULL removes it). The struct and its functions must stay
  * valid until the process ends: a capture running on another thread may still be using them. */
 TRACEPOOL_API int tracepool_set_frame_provider(const tracepool_frame_provider_t* provider);
+
+/* Marks the loaded module (shared library) that holds `address` as bindings that call tracepool
+ * for a language or framework (tracepool's Python extension, its PyTorch shim): their frames at the
+ * top of a native stack are dropped from call sites, like libtracepool.so's own, up to the first
+ * frame of an interpreter loop. At most 8 modules; marking one twice is a no-op. */
+TRACEPOOL_API int tracepool_add_bindings_module(const void* address);
 
 /* Configures tracepool_default() before its first use ("key:value,..." as TRACEPOOL_CONF, which it
  * replaces). Fails with TRACEPOOL_ERR_INVALID_ARGUMENT once the default instance exists with a
