@@ -32,12 +32,15 @@ struct live_tally {
 int64_t whole_blocks(int64_t fixed) { return (fixed + block_unit / 2) / block_unit; }
 
 // What a reader tells call sites apart by: tags, then each frame's function, file, line and module
-// (the address where nothing is known).
+// (the address where nothing is known), the interpreter's own frames left out.
 std::string site_key(const std::vector<std::string>& tags, const std::vector<frame_info>& frames) {
   std::string key;
   for (const std::string& t : tags) key += t + '\x1f';
   key += '\x1e';
   for (const frame_info& f : frames) {
+    // The interpreter's own C frames between Python frames change as CPython specialises a call
+    // (a vectorcall helper appears or goes), yet name no line of anyone's: not part of a site.
+    if (f.interpreter) continue;
     if (f.function.empty() && f.file.empty() && !f.script)
       key += std::to_string(f.address);
     else

@@ -53,6 +53,7 @@ class site_describer {
         continue;
       }
       frames->push_back(addresses_[r.frames[i]]);
+      frames->back().interpreter = r.script_depth > 0 && in_interpreter_module(r.frames[i]);
     }
     while (next < r.script_depth) frames->push_back(script_info(script, next++));
   }

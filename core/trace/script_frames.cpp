@@ -18,6 +18,7 @@ std::atomic<script_provider*> current{nullptr};
 // earlier provider still merge. Append-only; readers see a prefix.
 constexpr size_t max_loops = 8;
 std::atomic<uintptr_t> loop_begin[max_loops], loop_end[max_loops];
+std::atomic<uintptr_t> interpreter_begin[max_loops], interpreter_end[max_loops];  // the loop's module
 std::atomic<size_t> loops{0};
 std::mutex loops_mutex;
 
@@ -45,10 +46,23 @@ void set_script_provider(script_provider* p) {
     if (!known && n < max_loops) {
       loop_begin[n].store(p->eval_begin(), std::memory_order_relaxed);
       loop_end[n].store(p->eval_end(), std::memory_order_relaxed);
+      const code_range module = module_range_of(reinterpret_cast<const void*>(p->eval_begin()));
+      interpreter_begin[n].store(module.begin, std::memory_order_relaxed);
+      interpreter_end[n].store(module.end, std::memory_order_relaxed);
       loops.store(n + 1, std::memory_order_release);
     }
   }
   current.store(p, std::memory_order_release);
+}
+
+bool in_interpreter_module(uintptr_t return_address) {
+  const uintptr_t pc = return_address - 1;
+  const size_t n = loops.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (pc >= interpreter_begin[i].load(std::memory_order_relaxed) &&
+        pc < interpreter_end[i].load(std::memory_order_relaxed))
+      return true;
+  return false;
 }
 
 status add_bindings_module(const void* address_in_module) {

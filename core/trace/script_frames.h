@@ -61,6 +61,9 @@ script_frame* describe_script_frames(const uintptr_t* words, size_t frames);
 // Whether `return_address` lies in the interpreter loop of a provider registered at any time.
 bool in_interpreter_loop(uintptr_t return_address);
 
+// Whether `return_address` lies in the module (executable or libpython) that holds such a loop.
+bool in_interpreter_module(uintptr_t return_address);
+
 // Modules of bindings that call tracepool (its Python extension, its PyTorch shim): their frames at
 // the top of a native stack are dropped like libtracepool.so's. At most max_bindings_modules.
 inline constexpr size_t max_bindings_modules = 8;

@@ -22,6 +22,7 @@ struct frame_info {
   std::string module;    // path of the executable or library; "" if unknown
   bool script = false;   // an interpreter (Python) frame: function, file and line, no address or module
   bool borrowed = false; // (script) a frame of the thread that started this work, e.g. backward's caller
+  bool interpreter = false; // (native) code of the interpreter itself, in a stack that has its frames
 };
 
 // One entry per address, in order.

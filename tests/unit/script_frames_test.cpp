@@ -96,6 +96,18 @@ __attribute__((noinline)) void run_program(tracepool_t* tp) {
   KEEP_FRAME();
 }
 
+// The same Python lines reached through another native path inside the interpreter's module (as
+// CPython's call specialisation changes the C frames between two Python frames).
+__attribute__((noinline)) void native_callback_specialised(tracepool_t* tp) {
+  toy_eval(tp, {&step_fn, &alloc_fn}, leaf_alloc);
+  KEEP_FRAME();
+}
+
+__attribute__((noinline)) void run_program_specialised(tracepool_t* tp) {
+  toy_eval(tp, {&main_script, &run_fn}, native_callback_specialised);
+  KEEP_FRAME();
+}
+
 class ScriptFrames : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -152,6 +164,23 @@ TEST_F(ScriptFrames, InterpreterFramesAreSplicedWhereTheLoopRanThem) {
   EXPECT_EQ(frames[1]["borrowed"], false);
   EXPECT_FALSE(frames[1].contains("address")) << "interpreter frames have no native address";
   EXPECT_EQ(frames[2]["line"], 5);
+}
+
+TEST_F(ScriptFrames, InterpreterCFramesDoNotSplitAPythonSite) {
+  tracepool_t* tp = open("capture:all");
+  run_program(tp);
+  run_program_specialised(tp);
+  const json r = tracepool::testing::report_of(tp);
+  ASSERT_EQ(r["leaks"].size(), 1u) << "the interpreter module's own frames are not part of the site: " << r.dump(1);
+  EXPECT_EQ(r["leaks"][0]["blocks"], 2);
+  EXPECT_EQ(r["capture"]["sites"], 2) << "two raw stacks were interned";
+}
+
+TEST_F(ScriptFrames, WithoutPythonFramesNativeFramesStillSplitSites) {
+  tracepool_t* tp = open("capture:native");
+  run_program(tp);
+  run_program_specialised(tp);
+  EXPECT_EQ(tracepool::testing::report_of(tp)["leaks"].size(), 2u);
 }
 
 TEST_F(ScriptFrames, PythonModeKeepsOnlyInterpreterFrames) {

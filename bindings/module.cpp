@@ -1,0 +1,349 @@
+// module.cpp: tracepool._tracepool, the extension behind the Python package. Thin wrappers over the C
+// API of the process-wide instance (tracepool_default()), with every failure status raised as a
+// tracepool.Error; importing it registers the CPython frame provider (python_frames.c).
+//
+// The extension links libtracepool.so, the same file that tracepool.library_path() names and that
+// PyTorch loads with ctypes, so the process has one allocator whichever door a caller comes in by.
+// clang-format off: pybind11 (Python.h) first, as it sets feature macros that system headers read.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+// clang-format on
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "python_frames.h"
+#include "tracepool/tracepool.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// ---- Errors -----------------------------------------------------------------------------------------
+
+// Made at import and never released: the classes live as long as the process, like the module.
+PyObject* error_class;             // tracepool.Error(RuntimeError)
+PyObject* out_of_memory_class;     // tracepool.OutOfMemoryError(Error, MemoryError)
+PyObject* invalid_argument_class;  // tracepool.InvalidArgumentError(Error, ValueError)
+
+PyObject* class_for(int status) {
+  switch (status) {
+    case TRACEPOOL_ERR_OOM:
+      return out_of_memory_class;
+    case TRACEPOOL_ERR_INVALID_ARGUMENT:
+    case TRACEPOOL_ERR_BAD_CONFIG:
+    case TRACEPOOL_ERR_UNKNOWN_POINTER:
+    case TRACEPOOL_ERR_DOUBLE_FREE:
+    case TRACEPOOL_ERR_INVALID_DEVICE:
+      return invalid_argument_class;  // the caller's mistake
+    default:
+      return error_class;
+  }
+}
+
+// Raises the class for `status`, carrying the status as its `status` attribute. `message` is
+// tracepool_last_error() of the failed call, read on the thread that made it.
+[[noreturn]] void raise_status(int status, const char* message) {
+  py::handle cls(class_for(status));
+  const char* text = message != nullptr && *message != '\0' ? message : tracepool_status_string(status);
+  // A message may quote a path that is not UTF-8: undecodable bytes become U+FFFD, not a second error.
+  const py::str decoded =
+      py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "replace"));
+  if (!decoded) throw py::error_already_set();
+  py::object error = cls(decoded);
+  error.attr("status") = status;
+  PyErr_SetObject(cls.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+void check(int status) {
+  if (status != TRACEPOOL_OK) raise_status(status, tracepool_last_error());
+}
+
+// A label or path for C: an embedded NUL would silently cut it short.
+const char* c_text(const std::string& text, const char* what) {
+  if (text.find('\0') != std::string::npos) {
+    const std::string message = std::string(what) + " contains a NUL character";
+    raise_status(TRACEPOOL_ERR_INVALID_ARGUMENT, message.c_str());
+  }
+  return text.c_str();
+}
+
+// ---- Calls on the default instance ------------------------------------------------------------------
+
+// Runs `call(tp)` on the default instance with the GIL released, and raises on failure. Released so
+// that a thread waiting on the device or on tracepool's locks never stalls Python, and so that the
+// frame provider reads this thread's frames exactly as it does under a PyTorch op. Released and
+// re-taken by hand rather than by gil_scoped_release: while the interpreter finalises, a daemon
+// thread that re-takes the GIL exits by forced unwinding, and that terminates the process when it
+// passes through a destructor (which is noexcept).
+template <typename Call>
+void call_default(Call&& call) {
+  PyThreadState* saved = PyEval_SaveThread();
+  tracepool_t* tp = tracepool_default();  // the first call creates it, possibly initialising CUDA
+  const int status = tp != nullptr ? call(tp) : TRACEPOOL_ERR_UNAVAILABLE;
+  // Thread-local, and valid until this thread's next tracepool call: none happens before the raise.
+  const char* message = status != TRACEPOOL_OK ? tracepool_last_error() : nullptr;
+  PyEval_RestoreThread(saved);
+  if (status != TRACEPOOL_OK) raise_status(status, message);
+}
+
+std::string take_string(char* text) {
+  std::unique_ptr<char, void (*)(char*)> owned(text, tracepool_string_free);
+  return std::string(owned.get());
+}
+
+// ---- Statistics -------------------------------------------------------------------------------------
+
+struct stat_kind {
+  const char* name;
+  tracepool_stat_t tracepool_stat_set_t::*member;
+};
+constexpr stat_kind stat_kinds[] = {
+    {"allocation", &tracepool_stat_set_t::allocation},
+    {"segment", &tracepool_stat_set_t::segment},
+    {"active", &tracepool_stat_set_t::active},
+    {"inactive_split", &tracepool_stat_set_t::inactive_split},
+    {"allocated_bytes", &tracepool_stat_set_t::allocated_bytes},
+    {"reserved_bytes", &tracepool_stat_set_t::reserved_bytes},
+    {"active_bytes", &tracepool_stat_set_t::active_bytes},
+    {"inactive_split_bytes", &tracepool_stat_set_t::inactive_split_bytes},
+    {"requested_bytes", &tracepool_stat_set_t::requested_bytes},
+};
+
+struct counter {
+  const char* name;
+  uint64_t tracepool_stats_t::*member;
+};
+constexpr counter counters[] = {
+    {"num_alloc_retries", &tracepool_stats_t::num_alloc_retries},
+    {"num_ooms", &tracepool_stats_t::num_ooms},
+    {"num_device_alloc", &tracepool_stats_t::num_device_alloc},
+    {"num_device_free", &tracepool_stats_t::num_device_free},
+    {"num_invalid_frees", &tracepool_stats_t::num_invalid_frees},
+    {"limit_bytes", &tracepool_stats_t::limit_bytes},
+};
+
+struct pool {
+  const char* name;
+  tracepool_stat_set_t stats;
+};
+
+tracepool_stats_t device_stats(int device) {
+  tracepool_stats_t stats{};
+  stats.size = sizeof stats;
+  call_default([&](tracepool_t* tp) { return tracepool_get_stats(tp, device, &stats); });
+  return stats;
+}
+
+// PyTorch's three pool columns: the top level of tracepool_stats_t is "all".
+std::array<pool, 3> pools_of(const tracepool_stats_t& s) {
+  const tracepool_stat_set_t all{s.allocation,      s.segment,        s.active,       s.inactive_split,
+                                 s.allocated_bytes, s.reserved_bytes, s.active_bytes, s.inactive_split_bytes,
+                                 s.requested_bytes};
+  return {pool{"all", all}, pool{"small_pool", s.small_pool}, pool{"large_pool", s.large_pool}};
+}
+
+struct stat_field {
+  const char* name;
+  uint64_t tracepool_stat_t::*member;
+};
+constexpr stat_field stat_fields[] = {
+    {"current", &tracepool_stat_t::current},
+    {"peak", &tracepool_stat_t::peak},
+    {"allocated", &tracepool_stat_t::allocated},
+    {"freed", &tracepool_stat_t::freed},
+};
+
+// torch.cuda.memory_stats(): "allocated_bytes.all.current", ..., "num_ooms", ...
+py::dict flat_stats(int device) {
+  const tracepool_stats_t s = device_stats(device);
+  py::dict out;
+  for (const stat_kind& kind : stat_kinds)
+    for (const pool& p : pools_of(s))
+      for (const stat_field& field : stat_fields) {
+        const std::string key = std::string(kind.name) + "." + p.name + "." + field.name;
+        out[key.c_str()] = (p.stats.*kind.member).*field.member;
+      }
+  for (const counter& c : counters) out[c.name] = s.*c.member;
+  return out;
+}
+
+// torch._C._cuda_memoryStats(): {"allocated_bytes": {"all": {"current": ...}, ...}, ..., "num_ooms": n}
+py::dict nested_stats(int device) {
+  const tracepool_stats_t s = device_stats(device);
+  py::dict out;
+  for (const stat_kind& kind : stat_kinds) {
+    py::dict by_pool;
+    for (const pool& p : pools_of(s)) {
+      py::dict fields;
+      for (const stat_field& field : stat_fields) fields[field.name] = (p.stats.*kind.member).*field.member;
+      by_pool[p.name] = fields;
+    }
+    out[kind.name] = by_pool;
+  }
+  for (const counter& c : counters) out[c.name] = s.*c.member;
+  return out;
+}
+
+// ---- Where the library is ---------------------------------------------------------------------------
+
+std::string library_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&tracepool_default), &info) == 0 || info.dli_fname == nullptr)
+    raise_status(TRACEPOOL_ERR_INTERNAL, "dladdr cannot say which file holds tracepool_default");
+  char resolved[PATH_MAX];
+  return realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
+}
+
+void make_error_classes(py::module_& m) {
+  error_class = PyErr_NewExceptionWithDoc("tracepool.Error", "A tracepool call failed; `status` holds its status code.",
+                                          PyExc_RuntimeError, nullptr);
+  if (error_class == nullptr) throw py::error_already_set();
+  py::tuple oom_bases = py::make_tuple(py::handle(error_class), py::handle(PyExc_MemoryError));
+  out_of_memory_class = PyErr_NewExceptionWithDoc("tracepool.OutOfMemoryError",
+                                                  "The device, or the configured limit, cannot hold the request.",
+                                                  oom_bases.ptr(), nullptr);
+  if (out_of_memory_class == nullptr) throw py::error_already_set();
+  py::tuple invalid_bases = py::make_tuple(py::handle(error_class), py::handle(PyExc_ValueError));
+  invalid_argument_class = PyErr_NewExceptionWithDoc(
+      "tracepool.InvalidArgumentError",
+      "The caller's mistake: a bad argument or configuration, an unknown pointer, a double free, a bad device.",
+      invalid_bases.ptr(), nullptr);
+  if (invalid_argument_class == nullptr) throw py::error_already_set();
+  m.attr("Error") = py::handle(error_class);
+  m.attr("OutOfMemoryError") = py::handle(out_of_memory_class);
+  m.attr("InvalidArgumentError") = py::handle(invalid_argument_class);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tracepool, m) {
+  m.doc() = "tracepool's C API on the process-wide instance; use the tracepool package instead.";
+  make_error_classes(m);
+  // This extension's frames (the wrappers below) are tracepool's too: call sites start at the Python
+  // line that called them.
+  check(tracepool_add_bindings_module(reinterpret_cast<const void*>(&library_path)));
+  check(python_frames_install());
+  // Before Python finalises, so that no thread reads interpreter state while it is torn down.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { python_frames_shutdown(); }));
+
+  m.def("library_path", &library_path, "The path of the libtracepool.so this process uses.");
+  m.def(
+      "configure", [](const std::string& conf) { check(tracepool_configure_default(c_text(conf, "configuration"))); },
+      py::arg("conf"), "Configures the default instance (TRACEPOOL_CONF syntax) before its first use.");
+  m.def(
+      "alloc",
+      [](size_t nbytes, int device, uintptr_t stream) {
+        void* ptr = nullptr;
+        call_default([&](tracepool_t* tp) {
+          return tracepool_malloc(tp, nbytes, device, reinterpret_cast<void*>(stream), &ptr);
+        });
+        return reinterpret_cast<uintptr_t>(ptr);
+      },
+      py::arg("nbytes"), py::arg("device") = 0, py::arg("stream") = 0,
+      "Device memory of at least nbytes bytes from the default instance, as an address (0 for 0 bytes).");
+  m.def(
+      "free",
+      [](uintptr_t ptr, uintptr_t stream) {
+        call_default([&](tracepool_t* tp) {
+          return tracepool_free(tp, reinterpret_cast<void*>(ptr), reinterpret_cast<void*>(stream));
+        });
+      },
+      py::arg("ptr"), py::arg("stream") = 0, "Returns memory from alloc() to the cache (0 is a no-op).");
+  m.def("stats", &flat_stats, py::arg("device"), "torch.cuda.memory_stats()-style flat statistics of a device.");
+  m.def("nested_stats", &nested_stats, py::arg("device"),
+        "The statistics in the nested layout of torch._C._cuda_memoryStats().");
+  m.def(
+      "reset_peak_stats",
+      [](int device) { call_default([&](tracepool_t* tp) { return tracepool_reset_peak_stats(tp, device); }); },
+      py::arg("device"), "Sets every peak statistic of the device to its current value.");
+  m.def(
+      "reset_accumulated_stats",
+      [](int device) { call_default([&](tracepool_t* tp) { return tracepool_reset_accumulated_stats(tp, device); }); },
+      py::arg("device"), "Zeroes the allocated/freed totals and the counters of the device.");
+  m.def(
+      "empty_cache",
+      [](int device) { call_default([&](tracepool_t* tp) { return tracepool_empty_cache(tp, device); }); },
+      py::arg("device") = -1, "Gives fully free cached segments back to the device (-1: every device).");
+  m.def(
+      "device_count",
+      [] {
+        int count = 0;
+        call_default([&](tracepool_t* tp) { return tracepool_device_count(tp, &count); });
+        return count;
+      },
+      "The number of devices the default instance manages.");
+  m.def(
+      "backend_name",
+      [] {
+        const char* name = nullptr;
+        call_default([&](tracepool_t* tp) {
+          name = tracepool_backend_name(tp);
+          return TRACEPOOL_OK;
+        });
+        return std::string(name != nullptr ? name : "");
+      },
+      "The backend of the default instance: 'cuda' or 'host'.");
+  m.def(
+      "mark",
+      [](const std::string& label) {
+        const char* text = c_text(label, "mark label");
+        call_default([&](tracepool_t* tp) { return tracepool_mark(tp, text); });
+      },
+      py::arg("label"), "Records a named point in time; reports give each site's live bytes at every mark.");
+  m.def(
+      "tag_push", [](const std::string& label) { check(tracepool_tag_push(c_text(label, "tag label"))); },
+      py::arg("label"), "Pushes a tag on the calling thread: sites captured until the matching pop carry it.");
+  m.def(
+      "tag_pop", [] { check(tracepool_tag_pop()); }, "Pops the calling thread's innermost tag.");
+  m.def(
+      "report",
+      [](const std::string& format) {
+        char* text = nullptr;
+        const char* fmt = c_text(format, "format");
+        call_default([&](tracepool_t* tp) { return tracepool_report_string(tp, fmt, &text); });
+        return take_string(text);
+      },
+      py::arg("format") = "json", "The report of the memory held now, as 'json' or 'text'.");
+  m.def(
+      "write_report",
+      [](const std::string& path, const std::optional<std::string>& format) {
+        const char* where = c_text(path, "path");
+        const char* fmt = format ? c_text(*format, "format") : nullptr;
+        call_default([&](tracepool_t* tp) { return tracepool_write_report(tp, where, fmt); });
+      },
+      py::arg("path"), py::arg("format") = py::none(),
+      "Writes the report to a file (replaced atomically) or 'stderr'; format None: JSON for *.json, else text.");
+  m.def(
+      "snapshot_json",
+      [] {
+        char* text = nullptr;
+        call_default([&](tracepool_t* tp) { return tracepool_snapshot_string(tp, &text); });
+        return take_string(text);
+      },
+      "The memory held now in the layout of torch.cuda.memory._snapshot(), as JSON.");
+  m.def(
+      "_backward_begin",
+      [] {
+        if (python_frames_backward_begin() != 0) throw py::error_already_set();
+      },
+      "Lends the caller's Python frames to frameless threads (autograd) until _backward_end().");
+  m.def(
+      "_backward_end",
+      [] {
+        if (python_frames_backward_end() != 0) throw py::error_already_set();
+      },
+      "Ends this thread's newest _backward_begin().");
+  m.def(
+      "_set_python_frames", [](bool enabled) { python_frames_set_enabled(enabled ? 1 : 0); }, py::arg("enabled"),
+      "Turns the capture of Python frames on or off for every thread.");
+}

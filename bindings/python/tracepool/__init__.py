@@ -1,0 +1,142 @@
+"""tracepool: a caching GPU-memory allocator that remembers which call stack asked for each block.
+
+Everything here acts on the process-wide instance of ``libtracepool.so`` (the C API's
+``tracepool_default()``), configured from ``TRACEPOOL_CONF`` or from :func:`configure` before its
+first use. Importing the package registers CPython's frame provider, so every call site records the
+Python frames (file, line, function) of the thread that allocated, even when that thread released the
+GIL (PyTorch ops and ctypes calls do). PyTorch is not imported here; see ``tracepool.torch``.
+
+Typical use::
+
+    import tracepool
+    with tracepool.tag("validation"):
+        run_validation()
+    tracepool.mark("epoch 1")
+    print(tracepool.report(format="text"))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+from . import _tracepool
+from ._tracepool import Error, InvalidArgumentError, OutOfMemoryError, alloc, free
+
+__all__ = [
+    "Error",
+    "InvalidArgumentError",
+    "OutOfMemoryError",
+    "alloc",
+    "configure",
+    "empty_cache",
+    "free",
+    "leaks",
+    "library_path",
+    "mark",
+    "report",
+    "stats",
+    "tag",
+    "write_report",
+]
+
+__version__ = "0.1.0"
+
+# alloc and free are the extension's own functions, not Python wrappers, so that the innermost Python
+# frame of their call sites is the caller's line.
+
+
+def library_path() -> str:
+    """The path of the ``libtracepool.so`` this process uses.
+
+    Load it with ctypes (PyTorch's ``CUDAPluggableAllocator`` does) to reach the same process-wide
+    allocator that this package uses: it is the one file the extension links to.
+    """
+    return _tracepool.library_path()
+
+
+def configure(conf: str) -> None:
+    """Configures the default instance before its first use (``TRACEPOOL_CONF`` syntax, which it replaces).
+
+    ``conf`` is ``"key:value,key:value"``, for example ``"capture:all,python_depth:32"``. Raises
+    :class:`InvalidArgumentError` for a bad text, or once the instance exists with another configuration.
+    """
+    _tracepool.configure(conf)
+
+
+def _current_device() -> int:
+    # Only a torch that is already imported and has initialised CUDA has a current device worth asking.
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    return 0
+
+
+def stats(device: int | None = None) -> dict[str, int]:
+    """Statistics of one device, with the flat keys of ``torch.cuda.memory_stats()``.
+
+    ``allocated_bytes.all.current``, ``reserved_bytes.large_pool.peak``, ... for allocation, segment,
+    active, inactive_split and their ``_bytes``, and requested_bytes; plus ``num_alloc_retries``,
+    ``num_ooms``, ``num_device_alloc``, ``num_device_free``, and tracepool's ``num_invalid_frees`` and
+    ``limit_bytes``. ``device`` None means torch's current device if torch has initialised CUDA,
+    else device 0. Creates the default instance if it does not exist yet.
+    """
+    return _tracepool.stats(_current_device() if device is None else device)
+
+
+def empty_cache() -> None:
+    """Gives every fully free cached segment of every device back to the device."""
+    _tracepool.empty_cache(-1)
+
+
+def mark(label: str) -> None:
+    """Records a named point in time, an epoch boundary say.
+
+    Reports give each call site's live bytes at every mark, flag sites whose live bytes keep growing
+    across marks, and list blocks that outlived marks.
+    """
+    _tracepool.mark(label)
+
+
+class tag(contextlib.ContextDecorator):
+    """Tags the calling thread's allocations: every call site captured inside carries ``label``.
+
+    A context manager (``with tracepool.tag("eval"): ...``) and a decorator (``@tracepool.tag("eval")``).
+    Tags nest, are per thread, and appear in reports outermost first.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __enter__(self) -> tag:
+        _tracepool.tag_push(self.label)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _tracepool.tag_pop()
+
+
+def report(format: str = "json") -> str:
+    """The report of the memory held now: ``"json"`` (docs/report-schema.md) or ``"text"``."""
+    return _tracepool.report(format)
+
+
+def write_report(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None = None) -> None:
+    """Writes the report to ``path`` (replaced atomically) or to ``"stderr"``.
+
+    ``format`` is ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``.
+    """
+    _tracepool.write_report(os.fsencode(path), format)  # bytes: any file name the OS allows
+
+
+def leaks() -> list[dict[str, Any]]:
+    """The live memory now, by call site: the ``"leaks"`` list of the JSON report, largest first.
+
+    Each site has ``bytes``, ``blocks``, ``tags``, ``growing`` and ``frames`` (innermost first; Python
+    frames have ``"kind": "python"``), as docs/report-schema.md describes.
+    """
+    sites: list[dict[str, Any]] = json.loads(report("json"))["leaks"]
+    return sites
