@@ -35,6 +35,7 @@ void frames(json_out& j, const std::vector<frame_info>& frames) {
       else
         j.value(f.module);
       j.key("address"), j.value(hex(f.address));
+      j.key("interpreter"), j.value(f.interpreter);
     }
     j.close('}');
   }

@@ -69,15 +69,19 @@ python_view python_frames(const std::vector<frame_info>& fs) {
 }
 
 // "in ..." naming what the user's line called: the innermost Python frame when library frames come
-// before the user's, else the innermost native frame.
+// before the user's, else the innermost native frame that is not the interpreter's own; "" if none.
 std::string entry_line(const std::vector<frame_info>& fs, const python_view& v) {
   if (v.first_user > 0) {
     const frame_info& f = *v.frames[0];
     return "in " + function_name(f) + printf_string(" (%s:%d)", base_name(f.file).c_str(), f.line);
   }
-  const frame_info& n = fs[0];
-  if (n.function.empty()) return "in " + (n.module.empty() ? function_name(n) : base_name(n.module));
-  return "in " + function_name(n) + (n.module.empty() ? "" : " (" + base_name(n.module) + ")");
+  for (const frame_info& n : fs) {
+    if (n.script) break;
+    if (n.interpreter) continue;
+    if (n.function.empty()) return "in " + (n.module.empty() ? function_name(n) : base_name(n.module));
+    return "in " + function_name(n) + (n.module.empty() ? "" : " (" + base_name(n.module) + ")");
+  }
+  return "";
 }
 
 // The frames that say where. With Python frames: one line naming what was called, then the user's
@@ -91,7 +95,7 @@ void frames(std::string& out, const std::vector<frame_info>& fs) {
   }
   const python_view v = python_frames(fs);
   if (!v.frames.empty()) {
-    if (&fs[0] != v.frames[v.first_user]) out += "       " + entry_line(fs, v) + "\n";
+    if (const std::string entry = entry_line(fs, v); !entry.empty()) out += "       " + entry + "\n";
     size_t i = v.first_user;
     for (; i < v.frames.size() && i < v.first_user + frames_shown; ++i) {
       const bool note = i == v.first_user || !v.frames[i - 1]->borrowed;  // once per borrowed run

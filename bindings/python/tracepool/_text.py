@@ -76,15 +76,21 @@ def _python_frames(frames):
 
 def _entry_line(frames, python, first_user):
     """`in ...` naming what the user's line called: the innermost Python frame when library frames
-    come before the user's, else the innermost native frame (`in module` where it has no name)."""
+    come before the user's, else the innermost native frame that is not the interpreter's own (`in
+    module` where it has no name); None if there is none."""
     if first_user > 0:
         f = python[0]
         return "in %s (%s:%d)" % (_function_name(f), _base_name(f.get("file") or ""), f.get("line") or 0)
-    f = frames[0]
-    fn, module = f.get("function") or "", f.get("module")
-    if fn in ("", "??"):
-        return "in " + (_base_name(module) if module else _function_name(f))
-    return "in %s (%s)" % (_function_name(f), _base_name(module)) if module else "in " + _function_name(f)
+    for f in frames:
+        if _is_python(f):
+            return None
+        if f.get("interpreter"):
+            continue
+        fn, module = f.get("function") or "", f.get("module")
+        if fn in ("", "??"):
+            return "in " + (_base_name(module) if module else _function_name(f))
+        return "in %s (%s)" % (_function_name(f), _base_name(module)) if module else "in " + _function_name(f)
+    return None
 
 
 def _python_where(frames):
@@ -92,7 +98,8 @@ def _python_where(frames):
     and nothing beyond a module's top level (what ran it is runpy or `python -m tracepool run`).
     Returns (lines, what is left out)."""
     python, first_user = _python_frames(frames)
-    lines = [_entry_line(frames, python, first_user)] if frames[0] is not python[first_user] else []
+    entry = _entry_line(frames, python, first_user)
+    lines = [entry] if entry else []
     shown = python[first_user : first_user + FRAMES_SHOWN]
     for i, f in enumerate(shown):
         note = i == 0 or not shown[i - 1].get("borrowed")  # said once per run of borrowed frames
