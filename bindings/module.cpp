@@ -333,10 +333,12 @@ PYBIND11_MODULE(_tracepool, m) {
       "The memory held now in the layout of torch.cuda.memory._snapshot(), as JSON.");
   m.def(
       "_backward_begin",
-      [] {
-        if (python_frames_backward_begin() != 0) throw py::error_already_set();
+      [](int skip) {
+        if (python_frames_backward_begin(skip) != 0) throw py::error_already_set();
       },
-      "Lends the caller's Python frames to frameless threads (autograd) until _backward_end().");
+      py::arg("skip") = 0,
+      "Lends the caller's Python frames, less the innermost `skip` (a wrapper's), to frameless threads "
+      "(autograd) until _backward_end().");
   m.def(
       "_backward_end",
       [] {

@@ -324,9 +324,13 @@ static void publish_newest_run(void) {
   atomic_store_explicit(&lent, run_count > 0 ? runs[run_count - 1].stack : NULL, memory_order_release);
 }
 
-int python_frames_backward_begin(void) {
+int python_frames_backward_begin(int skip) {
   uintptr_t words[2 * max_stack_frames];
-  const size_t frames = walk(newest_frame(PyThreadState_Get()), words, max_stack_frames, TRACEPOOL_FRAME_BORROWED);
+  size_t frames = walk(newest_frame(PyThreadState_Get()), words, max_stack_frames, TRACEPOOL_FRAME_BORROWED);
+  /* The innermost `skip` frames are the wrapper's own (tracepool.torch's), not the caller's. */
+  const size_t dropped = skip > 0 ? ((size_t)skip < frames ? (size_t)skip : frames) : 0;
+  memmove(words, words + 2 * dropped, 2 * (frames - dropped) * sizeof words[0]);
+  frames -= dropped;
   const struct borrowed_stack* stack = intern_stack(words, frames);
   if (stack == NULL) return -1;
   if (run_count == run_capacity) {

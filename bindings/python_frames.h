@@ -19,10 +19,10 @@ void python_frames_set_enabled(int enabled);
  * Python's atexit, so that no thread reads interpreter state while the interpreter is torn down. */
 void python_frames_shutdown(void);
 
-/* Lends the calling thread's frames to threads without frames of their own (the autograd engine's)
- * until the matching python_frames_backward_end on this thread. Return 0, or -1 with a Python
- * exception set. */
-int python_frames_backward_begin(void);
+/* Lends the calling thread's frames, less the innermost `skip`, to threads without frames of their
+ * own (the autograd engine's) until the matching python_frames_backward_end on this thread. Return 0,
+ * or -1 with a Python exception set. */
+int python_frames_backward_begin(int skip);
 int python_frames_backward_end(void);
 
 #ifdef __cplusplus

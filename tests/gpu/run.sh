@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh OUTDIR: the whole GPU-machine check of tracepool, run from the repository root.
 #
-# Builds from source, runs the CUDA conformance tests, the host unit tests, the C++ benchmarks (the
-# allocator's, and what call-site capture costs) and the PyTorch checks (tests/gpu/torch_check.py, one
-# process per check and allocator), and prints a summary table last (also OUTDIR/summary.md). Every step
-# is bounded by `timeout` and by an overall budget (TRACEPOOL_GPU_BUDGET_S, default 520 s) so the run
-# ends well inside 9 minutes; a step that cannot run becomes a FAIL or SKIP row, never a silent stop.
-# Exit status 1 if any row is FAIL; rows marked meets/misses are performance targets and inform only,
-# as do info rows.
+# Builds from source, installs the Python package (pip install --no-build-isolation . into a venv that
+# sees the system's torch), runs the CUDA conformance tests, the host unit tests, the C++ benchmarks (the
+# allocator's, and what call-site capture costs), the PyTorch checks and benchmarks
+# (tests/gpu/torch_check.py, one process per allocator and round) and the seed scenarios
+# (tests/gpu/torch_seeds.py, one process each, all at once), and prints a summary table last (also
+# OUTDIR/summary.md). Every step is bounded by `timeout` and by an overall budget
+# (TRACEPOOL_GPU_BUDGET_S, default 520 s) so the run ends well inside 9 minutes; a step that cannot run
+# becomes a FAIL or SKIP row, never a silent stop. Exit status 1 if any row is FAIL; rows marked
+# meets/misses are performance targets and inform only, as do info rows.
 #
-# OUTDIR holds at most 8 files: build.log unit.log conformance.log bench.log bench.json trace_bench.log
-# torch.log summary.md. The build tree is outside OUTDIR: $TRACEPOOL_GPU_BUILD, default
-# /tmp/tracepool-gpu-build.
+# OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log bench.log
+# bench.json trace_bench.log torch.log summary.md. The build trees are outside OUTDIR:
+# $TRACEPOOL_GPU_BUILD, default /tmp/tracepool-gpu-build, and pyproject.toml's build/py-*; the venv is
+# $TRACEPOOL_GPU_VENV, default /tmp/tracepool-gpu-venv.
 set -u
 OUT=${1:?usage: tests/gpu/run.sh OUTDIR}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
@@ -26,8 +29,13 @@ export PYTHONUNBUFFERED=1
 ROWS=()
 row() { ROWS+=("$1|$2|$3"); }  # row STATUS STEP DETAIL
 
-# budget CAP: seconds the next step may take (at most CAP), or 0 once the overall budget is spent.
-budget() { local left=$((DEADLINE - SECONDS - 10)); ((left > $1)) && left=$1; ((left < 15)) && left=0; echo "$left"; }
+# budget CAP [NEED]: seconds the next step may take (at most CAP), or 0 once fewer than NEED (15) are left.
+budget() {
+  local left=$((DEADLINE - SECONDS - 10))
+  ((left > $1)) && left=$1
+  ((left < ${2:-15})) && left=0
+  echo "$left"
+}
 
 # gtest_counts LOG: "ran passed failed skipped" from a GoogleTest console log.
 gtest_counts() {
@@ -98,11 +106,66 @@ g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icap
   -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 \
   || echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
 
+# ---- 2b. The Python package ------------------------------------------------------------------------
+# pip builds libtracepool.so, the extension and (torch being importable) the OOM shim once more, in
+# scikit-build-core's own tree (pyproject.toml's build-dir, kept between runs). There is no network
+# here: the venv sees the system's torch, pybind11 and scikit-build-core. It builds in the background
+# while the C++ tests run and is waited for before anything is timed (wait_for_package).
+VENV=${TRACEPOOL_GPU_VENV:-/tmp/tracepool-gpu-venv}
+PY=python3
+PIP_PID=
+# make_venv: a venv that sees python3's packages. python3 may itself be a venv (this machine's is
+# /opt/torch/.venv), whose packages --system-site-packages does not reach: a .pth file in the new venv
+# adds python3's site folders after the venv's own.
+make_venv() {
+  { python3 -m venv --system-site-packages "$VENV" || python3 -m venv --system-site-packages --without-pip "$VENV"; } &&
+    python3 -c 'import site; print(*site.getsitepackages(), sep="\n")' \
+      >"$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/python3-site.pth"
+}
+t=$(budget 300 60)
+if [[ ! -f pyproject.toml ]]; then
+  row FAIL "pip install (Python package)" "no pyproject.toml in $ROOT"
+elif ((t == 0)); then
+  row SKIP "pip install (Python package)" "time budget spent"
+else
+  (
+    start=$SECONDS
+    make_venv &&
+      timeout -k 5 "$t" "$VENV/bin/python" -m pip install --no-build-isolation --no-deps --no-index . &&
+      "$VENV/bin/python" -c 'import tracepool, tracepool.torch as t; print("package:", tracepool.library_path(), t._oom_shim_path())'
+    rc=$?
+    echo "$((SECONDS - start)) $rc" >"$WORK/pip.result"
+    exit "$rc"
+  ) >"$WORK/pip.log" 2>&1 &
+  PIP_PID=$!
+fi
+
+# wait_for_package: the pip install's row; its output goes into build.log; PY becomes the venv's python.
+wait_for_package() {
+  [[ -n $PIP_PID ]] || return
+  wait "$PIP_PID"
+  PIP_PID=
+  local secs rc shim
+  secs=? rc=?
+  [[ -f $WORK/pip.result ]] && read -r secs rc <"$WORK/pip.result"
+  { printf '\n==== pip install --no-build-isolation . (exit status %s, %s s) ====\n' "$rc" "$secs"; cat "$WORK/pip.log"; } \
+    >>"$OUT/build.log"
+  if [[ $rc != 0 ]]; then
+    row FAIL "pip install (Python package)" "exit $rc after $secs s: $(grep -iE 'error' "$WORK/pip.log" | tail -1 | cut -c1-150)"
+    return
+  fi
+  PY=$VENV/bin/python
+  shim=$(sed -nE 's/^package: .* (\/.*libtracepool_torch\.so)$/\1/p' "$WORK/pip.log")
+  row PASS "pip install (Python package)" "$secs s (in the background); OOM shim: ${shim:-not built, see build.log}"
+}
+
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
 gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_tests" "$OUT/conformance.log" 1 \
   --gtest_filter='*cuda*'
 TRACEPOOL_CONF=backend:host gtest_step "unit tests (host backend)" "$BUILD/tests/tracepool_unit_tests" \
   "$OUT/unit.log" 0
+
+wait_for_package  # nothing timed runs beside the build
 
 # ---- 4. C++ benchmark -----------------------------------------------------------------------------
 BENCH=$BUILD/tests/tracepool_bench
@@ -216,48 +279,80 @@ PY
 )
 fi
 
-# ---- 5. PyTorch checks ----------------------------------------------------------------------------
-# torch_step CHECK ALLOCATOR ROUND [ARGS]: one process; its output goes to WORK/CHECK.ALLOCATOR.ROUND.{out,rc}
-# and torch.log.
+# ---- 5. PyTorch checks, seed scenarios, benchmarks -------------------------------------------------
+# torch_step LABEL ROUND CHECKS ALLOCATOR [ARGS]: one torch_check.py process; its output goes to
+# WORK/LABEL.ROUND.{out,rc} and torch.log. A process is not started with less than NEED (default 30)
+# seconds of the budget left: it prints skip records instead.
 torch_step() {
-  local base=$WORK/$1.$2.$3 t rc
-  t=$(budget 120)
-  printf '\n==== %s --allocator %s (limit %s s, %s) ====\n' "$1" "$2" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  local base=$WORK/$1.$2 t rc
+  t=$(budget 150 "${NEED:-30}")
+  printf '\n==== %s --allocator %s %s (round %s, limit %s s, %s) ====\n' "$3" "$4" "${*:5}" "$2" "$t" "$(date +%T)" \
+    >>"$OUT/torch.log"
   if ((t == 0)); then
-    printf '{"check": "%s", "allocator": "%s", "status": "skip", "reason": "time budget spent"}\n' "$1" "$2" \
-      | tee -a "$OUT/torch.log" >"$base.out"
-    echo 0 >"$base.rc"
-    return
+    "$PY" tests/gpu/torch_check.py "$3" --allocator "$4" "${@:5}" --skip "time budget spent" >"$base.out" 2>&1
+    rc=$?
+  else
+    timeout -k 5 "$t" "$PY" tests/gpu/torch_check.py "$3" --allocator "$4" --lib "$LIB" --ref-lib "$REF" "${@:5}" \
+      >"$base.out" 2>&1
+    rc=$?
   fi
-  timeout -k 5 "$t" python3 tests/gpu/torch_check.py "$1" --allocator "$2" --lib "$LIB" --ref-lib "$REF" "${@:4}" >"$base.out" 2>&1
-  rc=$?
   echo "$rc" >"$base.rc"
   cat "$base.out" >>"$OUT/torch.log"
   echo "==== exit status $rc" >>"$OUT/torch.log"
 }
-# Allocators: native; tracepool, untagged (capture:off); traced, tracepool recording every allocation's
-# call stack (capture:native, depth 32). The traced train run also writes a JSON report at its end.
-torch_step train native 1
-torch_step train tracepool 1
-torch_step train traced 1 --report "$WORK/train.traced.report.json"
-torch_step train traced_boost 1 --report "$WORK/train.traced_boost.report.json"
-# Timings: the three alternate over two rounds (the report keeps each one's best round, so one slow
-# process does not decide a ratio); traced runs a quarter of the empty_loop pairs (each costs microseconds
-# more), which keeps the run inside its budget. The training steps also run the references once: the
-# minimal plugin, and tracepool (untagged) with its own time measured.
-for check in empty_loop gpt2_step resnet_step; do
-  for round in 1 2; do
-    for alloc in native tracepool traced; do
-      if [[ $check == empty_loop && $alloc == traced ]]; then torch_step "$check" "$alloc" "$round" --pairs 50000
-      else torch_step "$check" "$alloc" "$round"; fi
-    done
-  done
-  if [[ $check != empty_loop ]]; then
-    for alloc in minimal timed; do torch_step "$check" "$alloc" 1; done
+
+# Training losses, native vs tracepool untagged (capture:off) vs traced (capture:native, which also
+# writes a JSON report at its end, once with the auto unwinder and once with boost's).
+torch_step train.native 1 train native
+torch_step train.tracepool 1 train tracepool
+torch_step train.traced 1 train traced --report "$WORK/train.traced.report.json"
+torch_step train.traced_boost 1 train traced_boost --report "$WORK/train.traced_boost.report.json"
+
+# The seed scenarios and the torch.cuda memory API (tests/gpu/torch_seeds.py): small and untimed, so
+# all at once, each in its own process: WORK/seed.NAME.{out,rc}.
+SEEDS=(validation_outputs losses_append closure freed_cached api oom backward pool)
+t=$(budget 120 40)
+for s in "${SEEDS[@]}"; do
+  if ((t == 0)); then
+    printf '{"seed": "%s", "rows": [["SKIP", "scenario %s", "time budget spent"]]}\n' "$s" "$s" >"$WORK/seed.$s.out"
+    echo 0 >"$WORK/seed.$s.rc"
+  else
+    (timeout -k 5 "$t" "$PY" tests/gpu/torch_seeds.py "$s" >"$WORK/seed.$s.out" 2>&1; echo $? >"$WORK/seed.$s.rc") &
   fi
 done
-while IFS= read -r line; do ROWS+=("$line"); done < <(python3 tests/gpu/torch_check.py report "$WORK" 2>&1 \
-  | grep -E '^[A-Za-z]+\|' || echo "FAIL|torch report|torch_check.py report printed nothing")
+wait
+for s in "${SEEDS[@]}"; do
+  { printf '\n==== torch_seeds.py %s (exit status %s) ====\n' "$s" "$(cat "$WORK/seed.$s.rc")"; cat "$WORK/seed.$s.out"; } \
+    >>"$OUT/torch.log"
+done
+
+# Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;
+# inference: ResNet-18 at batch 1; the ResNet-50 and GPT-2 training steps). native also times each
+# under PyTorch's own history (stacks python, then all). tracepool is untagged (capture:off), tp_python
+# records Python call sites, tp_all Python and native frames. Three rounds, the second in reverse order
+# (a round takes about 105 s here; a round the budget cannot fit is skipped process by process); the
+# report keeps each one's best round, so one slow process does not decide a ratio. After the first the
+# reference plugins run once: the minimal plugin, and tracepool (untagged) with its own time measured.
+BENCH_CHECKS=empty_loop,inference,resnet_step,gpt2_step
+bench_round() {
+  local round=$1 a
+  shift
+  for a in "$@"; do
+    if [[ $a == native ]]; then NEED=60 torch_step "bench.$a" "$round" "$BENCH_CHECKS" native --history
+    else NEED=45 torch_step "bench.$a" "$round" "$BENCH_CHECKS" "$a"; fi
+  done
+}
+bench_round 1 native tracepool tp_python tp_all
+for a in minimal timed; do NEED=40 torch_step "bench.$a" 1 gpt2_step,resnet_step "$a"; done
+bench_round 2 tp_all tp_python tracepool native
+bench_round 3 native tracepool tp_python tp_all
+
+while IFS= read -r line; do ROWS+=("$line"); done < <(
+  { python3 tests/gpu/torch_check.py report "$WORK" || echo "FAIL|torch report|torch_check.py report failed"; } 2>&1 \
+    | grep -E '^[A-Za-z]+\|' || echo "FAIL|torch report|torch_check.py report printed nothing")
+while IFS= read -r line; do ROWS+=("$line"); done < <(
+  { python3 tests/gpu/torch_seeds.py report "$WORK" || echo "FAIL|torch seeds|torch_seeds.py report failed"; } 2>&1 \
+    | grep -E '^[A-Za-z]+\|' || echo "FAIL|torch seeds|torch_seeds.py report printed nothing")
 
 # ---- Summary --------------------------------------------------------------------------------------
 nfail=0

@@ -1,15 +1,22 @@
-"""PyTorch checks of tracepool on the GPU machine; tests/gpu/run.sh runs each one as its own process.
+"""PyTorch checks and benchmarks of tracepool on the GPU machine; tests/gpu/run.sh runs them, one
+process per allocator (PyTorch's allocator is chosen once per process, before CUDA starts).
 
-    torch_check.py CHECK --allocator native|tracepool|traced|minimal|timed [--lib build/capi/libtracepool.so]
-                   [--report PATH]   (train with a tracepool allocator: write a JSON report at its end)
-    torch_check.py report DIR      (no torch: turns DIR/<check>.<allocator>.<round>.out files into summary rows)
+    torch_check.py CHECK[,CHECK...] --allocator ALLOCATOR [--history] [--report PATH] [--skip REASON] ...
+    torch_check.py report DIR      (no torch: DIR/*.out and *.rc -> "STATUS|step|detail" summary rows)
 
-CHECK is train, empty_loop, gpt2_step or resnet_step. Each prints one JSON line
-{"check": ..., "allocator": ..., "status": "ok" | "skip" | "error", ...} last. The allocator is
-swapped before anything initialises CUDA, which is why native and tracepool runs are separate
-processes. Capture is on by default in tracepool, so "tracepool" (and "timed") run untagged
-(TRACEPOOL_CONF gets capture:off) and "traced" records every allocation's call stack at the default
-depth. `report` prints "STATUS|step|detail" lines; run.sh turns them into summary rows.
+CHECK is train, empty_loop, inference, gpt2_step or resnet_step; a process runs its checks in
+order, emptying the cache between them. It prints {"plan": [[check, allocator], ...]} first and
+then one line {"check": ..., "allocator": ..., "status": "ok" | "skip" | "error", ...} per check.
+
+ALLOCATOR is native (PyTorch's own; --history also times each check again under
+torch.cuda.memory._record_memory_history(stacks="python") and (stacks="all"), reported as the
+allocators hist_python and hist_all); tracepool, tp_python, tp_all, traced, traced_boost
+(tracepool.torch.install() from the installed package, with capture:off, capture:python,
+capture:all, capture:native and capture:native,unwinder:boost appended to TRACEPOOL_CONF); or
+minimal, timed (tests/gpu/reference_plugins.cpp through --ref-lib: a baseline plugin, and
+tracepool's plain entry points from --lib with their time measured). The traced train run also
+writes tracepool's JSON report (--report). `report` compares the best round of each (check,
+allocator) and prints rows; run.sh turns them into the summary table.
 """
 import argparse
 import ctypes
@@ -48,7 +55,7 @@ assert ctypes.sizeof(Stats) == 8 + 9 * 32 + 6 * 8 + 2 * 9 * 32
 
 def tracepool_stats(lib_path):
     """tracepool's own view of device 0, from tracepool_default(), plus a validate() pass."""
-    lib = ctypes.CDLL(lib_path)  # the handle PyTorch opened: same library, same default instance
+    lib = ctypes.CDLL(lib_path)  # the library PyTorch's allocator calls: same file, same default instance
     lib.tracepool_default.restype = ctypes.c_void_p
     lib.tracepool_last_error.restype = ctypes.c_char_p
     lib.tracepool_backend_name.restype = ctypes.c_char_p
@@ -69,59 +76,54 @@ def tracepool_stats(lib_path):
             "num_device_alloc": s.num_device_alloc, "num_device_free": s.num_device_free}
 
 
-def write_report(lib_path, path):
-    """tracepool_write_report(tracepool_default(), path, "json"), timed; the report is checked by `report`."""
-    lib = ctypes.CDLL(lib_path)
-    lib.tracepool_default.restype = ctypes.c_void_p
-    lib.tracepool_last_error.restype = ctypes.c_char_p
-    lib.tracepool_write_report.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
-    tp = lib.tracepool_default()
-    if not tp:
-        return {"path": path, "error": "tracepool_default() is NULL: " + lib.tracepool_last_error().decode()}
-    t0 = time.perf_counter()
-    rc = lib.tracepool_write_report(tp, path.encode(), b"json")
-    out = {"path": path, "seconds": time.perf_counter() - t0}
-    if rc != 0:
-        out["error"] = "tracepool_write_report: %d %s" % (rc, lib.tracepool_last_error().decode())
-    return out
-
-
-# allocator -> (library argument, alloc symbol, free symbol). minimal and timed come from
-# reference_plugins.cpp (--ref-lib): a baseline plugin, and tracepool with its time measured.
-PLUGINS = {"tracepool": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
-           "traced": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
-           "traced_boost": ("lib", "tracepool_torch_alloc", "tracepool_torch_free"),
-           "minimal": ("ref_lib", "minimal_alloc", "minimal_free"),
-           "timed": ("ref_lib", "timed_alloc", "timed_free")}
-# What each tracepool allocator appends to TRACEPOOL_CONF (a later key wins over an earlier one).
-TRACEPOOL_CONF = {"tracepool": "capture:off", "timed": "capture:off", "traced": "capture:native",
-                  "traced_boost": "capture:native,unwinder:boost"}
+# Allocators that install the tracepool package into PyTorch, and what each appends to TRACEPOOL_CONF.
+INSTALLED = {"tracepool": "capture:off", "tp_python": "capture:python", "tp_all": "capture:all",
+             "traced": "capture:native", "traced_boost": "capture:native,unwinder:boost"}
+# Allocators from reference_plugins.cpp: (alloc symbol, free symbol); "timed" wraps tracepool_torch_alloc.
+REFERENCE = {"minimal": ("minimal_alloc", "minimal_free"), "timed": ("timed_alloc", "timed_free")}
+HISTORY = {"hist_python": "python", "hist_all": "all"}  # native + torch.cuda.memory._record_memory_history
 
 
 def use_allocator(args):
-    """Imports torch and, for a plugin, swaps the allocator; nothing here may initialise CUDA."""
-    plugin = PLUGINS.get(args.allocator)
-    if plugin and not os.path.exists(getattr(args, plugin[0])):
-        raise RuntimeError("library not found: %s (did the build fail?)" % getattr(args, plugin[0]))
-    if args.allocator in TRACEPOOL_CONF:  # read when tracepool_default() is first called
-        os.environ["TRACEPOOL_CONF"] = ",".join(
-            c for c in (os.environ.get("TRACEPOOL_CONF", ""), TRACEPOOL_CONF[args.allocator]) if c)
-    if args.allocator == "timed":
-        ctypes.CDLL(args.lib, mode=ctypes.RTLD_GLOBAL)  # the shim's tracepool_* come from the same library
+    """Imports torch and, for a plugin, swaps the allocator; nothing here may initialise CUDA.
+    Sets args.tp_lib to the libtracepool.so the process allocates from (None for the others)."""
+    args.tp_lib = None
+    if args.allocator in INSTALLED:
+        try:
+            import tracepool
+            import tracepool.torch
+        except ImportError as e:  # not a skip: run.sh installed the package, or said why it could not
+            raise RuntimeError("the tracepool package is not importable (see the pip install row): %s" % e) from e
+        tracepool.torch.install(",".join(c for c in (os.environ.get("TRACEPOOL_CONF", ""),
+                                                     INSTALLED[args.allocator]) if c))
+        args.tp_lib = tracepool.library_path()
+        import torch
+        return torch
+    if args.allocator in REFERENCE:
+        if not os.path.exists(args.ref_lib):
+            raise RuntimeError("library not found: %s (did the build fail?)" % args.ref_lib)
+        if args.allocator == "timed":  # untagged, as "tracepool"; read when tracepool_default() is first called
+            os.environ["TRACEPOOL_CONF"] = ",".join(c for c in (os.environ.get("TRACEPOOL_CONF", ""), "capture:off") if c)
+            ctypes.CDLL(args.lib, mode=ctypes.RTLD_GLOBAL)  # the shim's tracepool_* come from this library
+            args.tp_lib = args.lib
     import torch
-    if plugin:
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(getattr(args, plugin[0]), plugin[1], plugin[2])
+    if args.allocator in REFERENCE:
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(args.ref_lib, *REFERENCE[args.allocator])
         torch.cuda.memory.change_current_allocator(alloc)
     return torch
 
 
 def device_allocs(torch, args):
-    """Device allocations so far (cudaMalloc / cuMemAlloc calls made by the allocator), or None."""
-    if args.allocator == "native":
-        return torch.cuda.memory_stats().get("num_device_alloc")
-    if args.allocator in TRACEPOOL_CONF:
-        return tracepool_stats(args.lib).get("num_device_alloc")
-    return None
+    """Device allocations so far (cudaMalloc / cuMemAlloc calls made by the allocator), or None.
+    torch.cuda.memory_stats() answers for native and, once installed, for tracepool."""
+    if args.allocator in REFERENCE:
+        return tracepool_stats(args.tp_lib).get("num_device_alloc") if args.tp_lib else None
+    return torch.cuda.memory_stats().get("num_device_alloc")
+
+
+def allocations(torch, args):
+    """Allocation requests so far (for allocations per iteration), or None for the reference plugins."""
+    return None if args.allocator in REFERENCE else torch.cuda.memory_stats().get("allocation.all.allocated")
 
 
 def memory_in_use_gib(torch):
@@ -131,6 +133,7 @@ def memory_in_use_gib(torch):
     return (total - free) / GiB
 
 
+# ---- Checks: each sets up and returns measure(), which runs it once and returns its figures ----------
 def check_train(torch, args):
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
@@ -144,39 +147,81 @@ def check_train(torch, args):
     x = torch.randn(256, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dev)
     y = torch.randint(0, 10, (256,), generator=torch.Generator().manual_seed(2)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    losses = []
-    for _ in range(args.steps):
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    out = {"losses": losses, "losses_hex": [float.hex(v) for v in losses], "torch": torch.__version__,
-           "gpu": torch.cuda.get_device_name(0)}
-    if args.report and args.allocator in TRACEPOOL_CONF:  # while the model and optimizer still hold memory
-        try:
-            out["report"] = write_report(args.lib, args.report)
-        except Exception as e:  # noqa: BLE001 (the losses stand; the report row says what broke)
-            out["report"] = {"path": args.report, "error": "%s: %s" % (type(e).__name__, e)}
-    return out
+
+    def measure():
+        losses = []
+        for _ in range(args.steps or 20):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        out = {"losses": losses, "losses_hex": [float.hex(v) for v in losses], "torch": torch.__version__,
+               "gpu": torch.cuda.get_device_name(0)}
+        if args.report and args.allocator in INSTALLED:  # while the model and optimizer still hold memory
+            out["report"] = write_report(args.report)
+        return out
+    return measure
+
+
+def write_report(path):
+    """tracepool.write_report(path, "json"), timed; the report is checked by `report`."""
+    import tracepool
+
+    t0 = time.perf_counter()
+    try:
+        tracepool.write_report(path, "json")
+    except Exception as e:  # noqa: BLE001 (the losses stand; the report row says what broke)
+        return {"path": path, "error": "%s: %s" % (type(e).__name__, e)}
+    return {"path": path, "seconds": time.perf_counter() - t0}
 
 
 def check_empty_loop(torch, args):
     n = 1 << 20
-    t0 = time.perf_counter_ns()
-    for _ in range(args.warmup):
-        x = torch.empty(n, device="cuda")
-        del x
-    # A slow allocator (one that calls cudaMalloc: ~75 us a pair) gets fewer pairs, ~3 s a repetition.
-    pairs = max(1000, min(args.pairs, int(3e9 * args.warmup / (time.perf_counter_ns() - t0))))
-    reps = []
-    for _ in range(args.reps):
+
+    def measure():
         t0 = time.perf_counter_ns()
-        for _ in range(pairs):
+        for _ in range(args.warmup):
             x = torch.empty(n, device="cuda")
             del x
-        reps.append((time.perf_counter_ns() - t0) / pairs)
-    return {"ns_per_pair": statistics.median(reps), "pairs": pairs, "reps_ns": [round(r, 1) for r in reps]}
+        # A slow allocator (one that calls cudaMalloc: ~75 us a pair) gets fewer pairs, ~3 s a repetition.
+        pairs = max(1000, min(args.pairs, int(3e9 * args.warmup / (time.perf_counter_ns() - t0))))
+        reps = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter_ns()
+            for _ in range(pairs):
+                x = torch.empty(n, device="cuda")
+                del x
+            reps.append((time.perf_counter_ns() - t0) / pairs)
+        return {"ns_per_pair": statistics.median(reps), "pairs": pairs, "reps_ns": [round(r, 1) for r in reps]}
+    return measure
+
+
+def check_inference(torch, args):
+    """Small-batch inference, where the CPU's per-op overhead (allocation included) sets the pace."""
+    import torchvision  # ImportError becomes a skip
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    model = torchvision.models.resnet18(weights=None).cuda().eval()
+    x = torch.randn(1, 3, 224, 224, device="cuda")
+
+    def measure():
+        with torch.inference_mode():
+            for _ in range(50):
+                model(x)
+            torch.cuda.synchronize()
+            allocs0, reps = allocations(torch, args), []
+            for _ in range(args.reps):
+                t0 = time.perf_counter()
+                for _ in range(args.iters):
+                    model(x)
+                torch.cuda.synchronize()
+                reps.append((time.perf_counter() - t0) * 1e3 / args.iters)
+        out = {"ms_per_iter": statistics.median(reps), "reps_ms": [round(r, 4) for r in reps]}
+        if allocs0 is not None:
+            out["allocs_per_iter"] = (allocations(torch, args) - allocs0) / (args.reps * args.iters)
+        return out
+    return measure
 
 
 def timed_steps(torch, args, step, warmup, steps):
@@ -217,7 +262,7 @@ def check_gpt2_step(torch, args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return timed_steps(torch, args, step, 3, args.steps or 15)
+    return lambda: timed_steps(torch, args, step, 3, args.steps or 10)
 
 
 def check_resnet_step(torch, args):
@@ -234,100 +279,204 @@ def check_resnet_step(torch, args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return timed_steps(torch, args, step, 5, args.steps or 20)
+    return lambda: timed_steps(torch, args, step, 5, args.steps or 12)
 
 
-CHECKS = {"train": check_train, "empty_loop": check_empty_loop, "gpt2_step": check_gpt2_step,
-          "resnet_step": check_resnet_step}
+CHECKS = {"train": check_train, "empty_loop": check_empty_loop, "inference": check_inference,
+          "gpt2_step": check_gpt2_step, "resnet_step": check_resnet_step}
 
 
-def run_check(args):
-    out = {"check": args.check, "allocator": args.allocator}
+def with_history(torch, args, stacks, measure):
+    """measure() with PyTorch's own allocation history on (the comparison for call-site capture)."""
+    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=stacks,
+                                             max_entries=args.history_entries, clear_history=True)
+    try:
+        return measure()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def plan(args):
+    alloc = [args.allocator] + (list(HISTORY) if args.history else [])
+    return [[c, a] for c in args.checks for a in (alloc if c != "train" else [args.allocator])]
+
+
+def emit(rec):
+    print(json.dumps(rec), flush=True)
+
+
+def run_checks(args):
+    planned = plan(args)
+    emit({"plan": planned})
+    if args.skip:
+        for c, a in planned:
+            emit({"check": c, "allocator": a, "status": "skip", "reason": args.skip})
+        return 0
     try:
         torch = use_allocator(args)
     except ImportError as e:
-        torch = None
-        out.update(status="skip", reason="torch not importable: %s" % e)
+        for c, a in planned:
+            emit({"check": c, "allocator": a, "status": "skip", "reason": "torch not importable: %s" % e})
+        return 0
     except Exception as e:  # noqa: BLE001 (every failure must become a JSON line)
-        torch = None
-        out.update(status="error", error="%s: %s" % (type(e).__name__, e))
-    if torch is not None:
-        try:
-            out.update(CHECKS[args.check](torch, args), status="ok")
-        except ImportError as e:
-            out.update(status="skip", reason="import failed: %s" % e)
-        except Exception as e:  # noqa: BLE001
-            out.update(status="error", error="%s: %s" % (type(e).__name__, (str(e) or "-").splitlines()[0][:300]))
-        backend = getattr(torch.cuda.memory, "get_allocator_backend", None)
-        out["torch_allocator"] = backend() if backend else "?"  # "pluggable" once swapped
-        if args.allocator in TRACEPOOL_CONF:
+        for c, a in planned:
+            emit({"check": c, "allocator": a, "status": "error", "error": "%s: %s" % (type(e).__name__, e)})
+        return 1
+    failed = False
+    for check in args.checks:
+        variants = [(args.allocator, None)] + (list(HISTORY.items()) if args.history and check != "train" else [])
+        measure = None
+        for allocator, stacks in variants:
+            rec = {"check": check, "allocator": allocator}
             try:
-                out["tp"] = tracepool_stats(args.lib)
+                if measure is None:
+                    measure = CHECKS[check](torch, args)
+                rec.update(measure() if stacks is None else with_history(torch, args, stacks, measure), status="ok")
+            except ImportError as e:
+                rec.update(status="skip", reason="import failed: %s" % e)
             except Exception as e:  # noqa: BLE001
-                out["tp"] = {"error": "%s: %s" % (type(e).__name__, e)}
-    print(json.dumps(out), flush=True)
-    return 0 if out["status"] != "error" else 1
+                rec.update(status="error", error="%s: %s" % (type(e).__name__, (str(e) or "-").splitlines()[0][:300]))
+            failed |= rec["status"] == "error"
+            backend = getattr(torch.cuda.memory, "get_allocator_backend", None)
+            rec["torch_allocator"] = backend() if backend else "?"  # "pluggable" once swapped
+            if args.tp_lib:
+                try:
+                    rec["tp"] = tracepool_stats(args.tp_lib)
+                except Exception as e:  # noqa: BLE001
+                    rec["tp"] = {"error": "%s: %s" % (type(e).__name__, e)}
+            emit(rec)
+        del measure  # the model, optimizer and inputs of this check, then their cached memory
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return 1 if failed else 0
 
 
 # ---- report: no torch from here on ---------------------------------------------------------------
-def load(d, check, allocator):
-    """The best round of DIR/<check>.<allocator>.<round>.out (lowest time), with every round's time kept
-    in "rounds"; any round that broke makes the result that error."""
-    recs = [load_round(os.path.join(d, name[:-4])) for name in sorted(os.listdir(d))
-            if name.startswith("%s.%s." % (check, allocator)) and name.endswith(".out")]
+def load_all(d):
+    """{(check, allocator): [record of each round]} from DIR/*.out, and the processes that did not
+    exit cleanly. A check a process planned but never reported becomes an error record."""
+    runs, exits = {}, []
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".out"):
+            continue
+        planned, got = [], {}
+        with open(os.path.join(d, name), errors="replace") as f:
+            for line in f:
+                if line.startswith('{"plan"'):
+                    planned = [tuple(p) for p in json.loads(line)["plan"]]
+                elif line.startswith('{"check"'):
+                    rec = json.loads(line)
+                    got[rec["check"], rec["allocator"]] = rec
+        if not planned and not got:
+            continue  # another program's output (torch_seeds.py)
+        try:
+            with open(os.path.join(d, name[:-4] + ".rc")) as f:
+                rc = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            rc = -1
+        if rc not in (0, 1):  # 1: a check failed, and said so in its record
+            exits.append("%s: %s" % (name[:-4], "timed out" if rc == 124 else "exit status %d" % rc))
+        for key in planned:
+            if key not in got:
+                got[key] = {"check": key[0], "allocator": key[1], "status": "error",
+                            "error": "timed out before it (see torch.log)" if rc == 124 else
+                            "the process ended (exit status %d) before it (see torch.log)" % rc}
+        for key, rec in got.items():
+            runs.setdefault(key, []).append(rec)
+    return runs, exits
+
+
+TIME_KEYS = ("ms_per_step", "ns_per_pair", "ms_per_iter")
+
+
+def best(runs, check, allocator):
+    """The best round (lowest time) of (check, allocator), every round's time in "rounds"; any round
+    that broke makes the result that error."""
+    recs = runs.get((check, allocator), [])
     if not recs:
         return {"status": "error", "error": "no run (see torch.log)"}
     for rec in recs:
-        if rec.get("status") != "ok":
+        if rec.get("status") == "error":
             return rec
-    key = next((k for k in ("ms_per_step", "ns_per_pair") if k in recs[0]), None)
-    if key is None:
+    ok = [r for r in recs if r.get("status") == "ok"]
+    if not ok:
         return recs[0]
-    best = min(recs, key=lambda r: r[key])
-    return dict(best, rounds=[round(r[key], 1) for r in recs])
-
-
-def load_round(base):
-    """Last JSON line of BASE.out; an exit status != 0 (BASE.rc) makes it an error."""
-    rec = {"status": "error", "error": "no result line (see torch.log)"}
-    try:
-        for line in open(base + ".out", errors="replace"):
-            if line.startswith('{"check"'):
-                rec = json.loads(line)
-        rc = int(open(base + ".rc").read().strip() or 0)
-    except (OSError, ValueError) as e:
-        return {"status": "error", "error": str(e)}
-    if rc == 124:
-        rec = {"status": "error", "error": "timed out (see torch.log)"}
-    elif rc != 0 and "check" not in rec:
-        rec["error"] = "exit status %d, no result line (see torch.log)" % rc
-    elif rc != 0 and rec.get("status") == "ok":
-        rec = dict(rec, status="error", error="exit status %d after the check finished" % rc)
-    return rec
+    key = next((k for k in TIME_KEYS if k in ok[0]), None)
+    if key is None:
+        return ok[0]
+    return dict(min(ok, key=lambda r: r[key]), rounds=[round(r[key], 2) for r in ok])
 
 
 def why(rec):
     return rec.get("reason") or rec.get("error") or "?"
 
 
-def pair_row(name, nat, tp, key, fmt, target_ratio=None):
-    """Compares one number native vs tracepool: meets/misses a target, FAIL if a run broke, SKIP if skipped."""
-    for who, r in (("native", nat), ("tracepool", tp)):
+def broken(name, **runs):
+    """A FAIL row if any run broke, a SKIP row if any was skipped, else None."""
+    for who, r in runs.items():
         if r["status"] == "error":
             return "FAIL|%s|%s: %s" % (name, who, why(r))
-    for who, r in (("native", nat), ("tracepool", tp)):
+    for who, r in runs.items():
         if r["status"] != "ok":
-            return "SKIP|%s|%s" % (name, why(r))
+            return "SKIP|%s|%s: %s" % (name, who, why(r))
+    return None
+
+
+def pair_row(name, nat, tp, key, fmt, target_ratio=None, who="tracepool"):
+    """Compares one number native vs a tracepool run: meets/misses a target, FAIL if a run broke."""
+    row = broken(name, native=nat, **{who: tp})
+    if row:
+        return row
     a, b = nat[key], tp[key]
     if target_ratio is None:
-        return "%s|%s|native %s, tracepool %s (target <= native)" % (
-            "meets" if b <= a else "misses", name, fmt % a, fmt % b)
+        return "%s|%s|native %s, %s %s (target <= native)" % ("meets" if b <= a else "misses", name, fmt % a, who,
+                                                             fmt % b)
     ratio = b / a if a else float("inf")
     rounds = ""
-    if "rounds" in nat and len(nat["rounds"]) > 1:
-        rounds = " [rounds: native %s, tracepool %s]" % (nat["rounds"], tp.get("rounds"))
-    return "%s|%s|native %s, tracepool %s: %.3fx (target <= %sx)%s" % (
-        "meets" if ratio <= target_ratio else "misses", name, fmt % a, fmt % b, ratio, target_ratio, rounds)
+    if len(nat.get("rounds", [])) > 1:
+        rounds = " [rounds: native %s, %s %s]" % (nat["rounds"], who, tp.get("rounds"))
+    return "%s|%s|native %s, %s %s: %.3fx (target <= %sx)%s" % (
+        "meets" if ratio <= target_ratio else "misses", name, fmt % a, who, fmt % b, ratio, target_ratio, rounds)
+
+
+def added_row(name, base, other, who, base_who, target_ns=None):
+    """What capture costs per alloc+free pair: other minus base, in microseconds."""
+    row = broken(name, **{base_who: base, who: other})
+    if row:
+        return row
+    added = other["ns_per_pair"] - base["ns_per_pair"]
+    status = "info" if target_ns is None else ("meets" if added <= target_ns else "misses")
+    target = "" if target_ns is None else " (target <= %.1f us)" % (target_ns / 1e3)
+    return "%s|%s|%+.2f us per alloc+free pair: %s %.0f ns vs %s %.0f ns%s [rounds: %s, %s]" % (
+        status, name, added / 1e3, who, other["ns_per_pair"], base_who, base["ns_per_pair"], target,
+        base.get("rounds"), other.get("rounds"))
+
+
+VARIANTS = (("tracepool", "untagged"), ("tp_python", "python sites"), ("tp_all", "python+native"),
+            ("hist_python", "history python"), ("hist_all", "history all"))
+
+
+def ratios_row(name, runs, check, key, fmt, target_ratio=None, variants=VARIANTS):
+    """Every variant against native, one row: info, or meets/misses when every variant has a target."""
+    nat = best(runs, check, "native")
+    if nat["status"] != "ok":
+        return "%s|%s|native: %s" % ("FAIL" if nat["status"] == "error" else "SKIP", name, why(nat))
+    parts, misses = [], []
+    for allocator, label in variants:
+        r = best(runs, check, allocator)
+        if r["status"] != "ok":
+            parts.append("%s: %s" % (label, why(r)))
+            misses.append(label)
+            continue
+        ratio = r[key] / nat[key] if nat[key] else float("inf")
+        parts.append("%s %s (%.3fx)" % (label, fmt % r[key], ratio))
+        if target_ratio is not None and ratio > target_ratio:
+            misses.append(label)
+    status = "info" if target_ratio is None else ("misses" if misses else "meets")
+    target = "" if target_ratio is None else " (target <= %sx%s)" % (target_ratio, ": missed by " + ", ".join(misses)
+                                                                     if misses else "")
+    return "%s|%s|native %s; %s%s" % (status, name, fmt % nat[key], "; ".join(parts), target)
 
 
 def losses_row(step, nat, other, who):
@@ -340,22 +489,6 @@ def losses_row(step, nat, other, who):
                                                                     nat["losses"][-1])
     diff = max((abs(a - b) for a, b in zip(nat["losses"], other["losses"])), default=float("nan"))
     return "FAIL|%s|max abs diff %.3g over %d/%d steps" % (step, diff, len(nat["losses"]), len(other["losses"]))
-
-
-def traced_row(name, nat, untagged, traced, key, fmt, unit):
-    """Information: what recording call sites costs, as traced/native and as traced minus untagged."""
-    runs = (("native", nat), ("tracepool", untagged), ("traced", traced))
-    for who, r in runs:
-        if r["status"] == "error":
-            return "FAIL|%s|%s: %s" % (name, who, why(r))
-    for who, r in runs:
-        if r["status"] != "ok":
-            return "SKIP|%s|%s" % (name, why(r))
-    a, u, t = nat[key], untagged[key], traced[key]
-    rounds = "" if len(nat.get("rounds", [])) < 2 else " [rounds: native %s, tracepool %s, traced %s]" % (
-        nat["rounds"], untagged.get("rounds"), traced.get("rounds"))
-    return ("info|%s|traced %s: %.3fx native (%s); %+" + fmt[1:] + "%s vs untagged tracepool (%s)%s") % (
-        name, fmt % t, t / a if a else float("inf"), fmt % a, t - u, unit, fmt % u, rounds)
 
 
 REPORT_STEP = "torch traced report (train, JSON)"
@@ -415,6 +548,7 @@ def unwinders_agree_row(auto_rec, boost_rec):
                 docs.append(json.load(f))
         except (OSError, ValueError) as e:
             return "FAIL|%s|report unreadable: %s" % (AGREE_STEP, e)
+
     def sites(doc):
         return sorted((x.get("bytes"), tuple((f.get("function"), f.get("file"), f.get("line"))
                                              for f in x.get("frames", []))) for x in doc.get("leaks", []))
@@ -429,38 +563,19 @@ def unwinders_agree_row(auto_rec, boost_rec):
         AGREE_STEP, unwinder, len(a), frames, slow)
 
 
-def report(d):
-    if not os.path.isdir(d):
-        print("FAIL|torch report|no such directory: %s" % d)
-        return 0
-    r = {(c, a): load(d, c, a) for c in CHECKS for a in ("native", "tracepool", "traced")}
-    print(losses_row("torch train: losses equal native", r["train", "native"], r["train", "tracepool"], "tracepool"))
-    print(losses_row("torch train, traced: losses = native", r["train", "native"], r["train", "traced"], "traced"))
-    print(report_file_row(r["train", "traced"]))
-    print(unwinders_agree_row(r["train", "traced"], load(d, "train", "traced_boost")))
-    # Integrity of tracepool after every run that got far enough to ask it.
-    tps = [("%s/%s" % (c, a), x["tp"]) for (c, a), x in r.items() if a != "native" and "tp" in x]
+def stats_row(runs):
+    """tracepool's integrity after every run that got far enough to ask it."""
+    tps = [("%s/%s" % key, r["tp"]) for key, recs in sorted(runs.items()) for r in recs if "tp" in r]
     if not tps:
-        print("SKIP|tracepool stats after torch runs|no tracepool run reached the stats call")
-    else:
-        broken = ["%s: %s" % (c, s["error"]) for c, s in tps if "error" in s]
-        broken += ["%s: %s=%s" % (c, k, s[k]) for c, s in tps if "error" not in s
-                   for k, ok in (("validate", 0), ("num_invalid_frees", 0), ("num_ooms", 0), ("backend", "cuda"))
-                   if s.get(k) != ok]
-        peak = max((s.get("reserved_peak_gib", 0) for _, s in tps), default=0)
-        print("%s|tracepool stats after torch runs|%s" % ("FAIL" if broken else "PASS", "; ".join(broken)[:200] if
-              broken else "%d runs: validate ok, 0 invalid frees, 0 OOMs, peak reserved %.2f GiB" % (len(tps), peak)))
-    print(pair_row("torch.empty loop ns/pair", r["empty_loop", "native"], r["empty_loop", "tracepool"],
-                   "ns_per_pair", "%.0f", 1.0))
-    print(traced_row("torch.empty loop ns/pair, traced", r["empty_loop", "native"], r["empty_loop", "tracepool"],
-                     r["empty_loop", "traced"], "ns_per_pair", "%.0f", " ns per pair"))
-    for c, label in (("gpt2_step", "GPT-2"), ("resnet_step", "ResNet-50")):
-        print(pair_row(label + " step ms", r[c, "native"], r[c, "tracepool"], "ms_per_step", "%.1f", 1.02))
-        print(traced_row(label + " step ms, traced", r[c, "native"], r[c, "tracepool"], r[c, "traced"],
-                         "ms_per_step", "%.1f", " ms per step"))
-        print(pair_row(label + " memory in use GiB", r[c, "native"], r[c, "tracepool"], "mem_in_use_gib", "%.2f"))
-        print(reference_row(label, r[c, "native"], load(d, c, "minimal"), load(d, c, "timed")))
-    return 0
+        return "SKIP|tracepool stats after torch runs|no tracepool run reached the stats call"
+    bad = ["%s: %s" % (c, s["error"]) for c, s in tps if "error" in s]
+    bad += ["%s: %s=%s" % (c, k, s[k]) for c, s in tps if "error" not in s
+            for k, ok in (("validate", 0), ("num_invalid_frees", 0), ("num_ooms", 0), ("backend", "cuda"))
+            if s.get(k) != ok]
+    peak = max((s.get("reserved_peak_gib", 0) for _, s in tps), default=0)
+    return "%s|tracepool stats after torch runs|%s" % ("FAIL" if bad else "PASS", "; ".join(bad)[:200] if bad else
+                                                       "%d runs: validate ok, 0 invalid frees, 0 OOMs, peak reserved "
+                                                       "%.2f GiB" % (len(tps), peak))
 
 
 def reference_row(label, nat, minimal, timed):
@@ -478,6 +593,49 @@ def reference_row(label, nat, minimal, timed):
     return "info|%s reference|%s" % (label, "; ".join(parts) or "no reference runs")
 
 
+def report(d):
+    if not os.path.isdir(d):
+        print("FAIL|torch report|no such directory: %s" % d)
+        return 0
+    runs, exits = load_all(d)
+    r = lambda c, a: best(runs, c, a)  # noqa: E731
+    nat = r("train", "native")
+    print(losses_row("torch train: losses equal native", nat, r("train", "tracepool"), "tracepool"))
+    print(losses_row("torch train, traced: losses = native", nat, r("train", "traced"), "traced"))
+    print(report_file_row(r("train", "traced")))
+    print(unwinders_agree_row(r("train", "traced"), r("train", "traced_boost")))
+    print(stats_row(runs))
+    print("%s|torch processes exit cleanly|%s" % ("FAIL" if exits else "PASS",
+                                                   "; ".join(exits)[:300] or "every torch_check.py process"))
+
+    # torch.empty alloc+free through Python: untagged vs native, then what each kind of capture adds.
+    print(pair_row("torch.empty loop ns/pair", r("empty_loop", "native"), r("empty_loop", "tracepool"),
+                   "ns_per_pair", "%.0f", 1.0))
+    untagged = r("empty_loop", "tracepool")
+    print(added_row("torch.empty loop, python sites", untagged, r("empty_loop", "tp_python"), "python sites",
+                    "untagged", 500))
+    print(added_row("torch.empty loop, python+native", untagged, r("empty_loop", "tp_all"), "python+native",
+                    "untagged", 1500))
+    for allocator, label in (("hist_python", "history python"), ("hist_all", "history all")):
+        print(added_row("torch.empty loop, native %s" % label, r("empty_loop", "native"), r("empty_loop", allocator),
+                        label, "native"))
+    print(ratios_row("inference ms/iter (ResNet-18, batch 1)", runs, "inference", "ms_per_iter", "%.3f"))
+    allocs = r("inference", "native").get("allocs_per_iter")
+    if allocs is not None:
+        print("info|inference allocations|%.1f allocations per iteration (native)" % allocs)
+
+    for c, label in (("gpt2_step", "GPT-2"), ("resnet_step", "ResNet-50")):
+        print(pair_row(label + " step ms", r(c, "native"), r(c, "tracepool"), "ms_per_step", "%.1f", 1.02))
+        print(ratios_row(label + " step ms, call sites on", runs, c, "ms_per_step", "%.1f", 1.02,
+                         variants=VARIANTS[1:3]))
+        print(ratios_row(label + " step ms, PyTorch history", runs, c, "ms_per_step", "%.1f", variants=VARIANTS[3:]))
+        print(pair_row(label + " memory in use GiB", r(c, "native"), r(c, "tracepool"), "mem_in_use_gib", "%.2f"))
+        print(pair_row(label + " memory in use GiB, python+native", r(c, "native"), r(c, "tp_all"), "mem_in_use_gib",
+                       "%.2f", who="python+native"))
+        print(reference_row(label, r(c, "native"), r(c, "minimal"), r(c, "timed")))
+    return 0
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "report":
         try:
@@ -486,19 +644,27 @@ def main():
             print("FAIL|torch report|torch_check.py report crashed: %s: %s" % (type(e).__name__, e))
             return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("check", choices=sorted(CHECKS))
-    p.add_argument("--allocator", choices=("native",) + tuple(PLUGINS), required=True)
-    p.add_argument("--lib", default="build/capi/libtracepool.so")
+    p.add_argument("checks", help="comma-separated: " + ", ".join(CHECKS))
+    p.add_argument("--allocator", choices=("native",) + tuple(INSTALLED) + tuple(REFERENCE), required=True)
+    p.add_argument("--history", action="store_true", help="native: also time each check under PyTorch's history")
+    p.add_argument("--history-entries", type=int, default=100_000, help="max_entries of the history ring buffer")
+    p.add_argument("--lib", default="build/capi/libtracepool.so", help="libtracepool.so for the timed plugin")
     p.add_argument("--ref-lib", default="build/reference_plugins.so", help="reference_plugins.cpp, built")
-    p.add_argument("--steps", type=int, default=0, help="training steps (train: 20; timed steps otherwise)")
-    p.add_argument("--pairs", type=int, default=200_000, help="empty_loop: alloc+free pairs per repetition")
-    p.add_argument("--reps", type=int, default=5, help="empty_loop: repetitions (median reported)")
-    p.add_argument("--warmup", type=int, default=20_000, help="empty_loop: warm-up pairs")
+    p.add_argument("--steps", type=int, default=0, help="train: steps (20); gpt2/resnet: timed steps (10/12)")
+    p.add_argument("--pairs", type=int, default=50_000, help="empty_loop: alloc+free pairs per repetition")
+    p.add_argument("--reps", type=int, default=5, help="empty_loop, inference: repetitions (median reported)")
+    p.add_argument("--warmup", type=int, default=10_000, help="empty_loop: warm-up pairs")
+    p.add_argument("--iters", type=int, default=50, help="inference: iterations per repetition")
     p.add_argument("--report", default="", help="train: write tracepool's JSON report here at the end")
+    p.add_argument("--skip", default="", help="print skip records for the plan and exit (run.sh: budget spent)")
     args = p.parse_args()
-    if args.check == "train" and not args.steps:
-        args.steps = 20
-    return run_check(args)
+    args.checks = args.checks.split(",")
+    unknown = [c for c in args.checks if c not in CHECKS]
+    if unknown:
+        p.error("unknown check(s): %s" % ", ".join(unknown))
+    if args.history and args.allocator != "native":
+        p.error("--history is for --allocator native")
+    return run_checks(args)
 
 
 if __name__ == "__main__":

@@ -160,6 +160,25 @@ def run_nested_backward(c_api, nbytes):
         _tracepool._backward_end()
 
 
+def lend_through_a_wrapper(c_api, nbytes):
+    wrapper_that_lends(c_api, nbytes)  # [calls the wrapper]
+
+
+def wrapper_that_lends(c_api, nbytes):
+    _tracepool._backward_begin(1)  # as tracepool.torch's wrapper of autograd's engine calls it
+    try:
+        allocate_on_a_frameless_thread(c_api, nbytes)
+    finally:
+        _tracepool._backward_end()
+
+
+def test_backward_begin_can_leave_out_the_wrappers_own_frame(c_api, report):
+    lend_through_a_wrapper(c_api, 24576)
+    frames = Report.python_frames(report().site("leaks", "lend_through_a_wrapper"))
+    assert frames[0] == frame_at(lend_through_a_wrapper, "[calls the wrapper]", borrowed=True)
+    assert all(f[2] != "wrapper_that_lends" for f in frames)
+
+
 def test_a_frameless_thread_borrows_the_frames_of_the_newest_backward_run(c_api, report):
     calls = next_line(borrowed=True)
     run_backward(c_api, 40960)

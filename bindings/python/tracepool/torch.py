@@ -1,0 +1,266 @@
+"""tracepool as PyTorch's CUDA allocator.
+
+:func:`install` makes tracepool the allocator of every CUDA tensor (one call per tensor, so every
+block carries the Python line that asked for it) and points ``torch.cuda``'s memory functions at
+tracepool's numbers; call it first thing, before anything touches CUDA::
+
+    import tracepool.torch
+    tracepool.torch.install()
+    import torch   # from here on as usual
+    ...
+    print(tracepool.report(format="text"))
+
+or run the unchanged script with ``python -m tracepool run script.py``.
+
+:func:`pool` is the scoped alternative (``torch.cuda.MemPool``), :func:`dump_snapshot` writes
+tracepool's memory for pytorch.org/memory_viz. torch is imported only when these are called.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from typing import Any
+
+from . import _snapshot, _tracepool, configure, library_path
+
+__all__ = ["dump_snapshot", "install", "pool"]
+
+_lock = threading.Lock()
+# The installation: {"conf": ..., "allocator": ..., "oom_shim": path or None}. PyTorch itself keeps
+# the installed allocator alive until exit (change_current_allocator stores it).
+_installed: dict[str, Any] | None = None
+_memory_fraction: dict[int, float] = {}  # what set_per_process_memory_fraction set, by device
+
+_NOT_BEFORE_CUDA = (
+    "PyTorch has already initialised CUDA, and it can swap its allocator only before that. Call "
+    "tracepool.torch.install() first thing, before any torch.cuda call or CUDA tensor (even "
+    "torch.cuda.get_device_name initialises CUDA), or run the unchanged script with "
+    "`python -m tracepool run script.py`."
+)
+
+
+def _oom_shim_path() -> str | None:
+    """libtracepool_torch.so, built only where torch was importable at build time, or None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtracepool_torch.so")
+    return path if os.path.exists(path) else None
+
+
+def _address(lib: ctypes.CDLL, name: str) -> int:
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+
+def install(conf: str | None = None) -> None:
+    """Makes tracepool PyTorch's CUDA allocator, for good.
+
+    ``conf`` configures tracepool's process-wide instance (``TRACEPOOL_CONF`` syntax, which it
+    replaces); None keeps ``TRACEPOOL_CONF`` or the defaults. Must run before anything initialises
+    CUDA. A second call is a no-op when its ``conf`` is None or the same, an error otherwise.
+
+    Afterwards ``torch.cuda.memory_allocated``, ``memory_reserved``, their maxima,
+    ``memory_stats``, ``memory_summary``, ``reset_peak_memory_stats``,
+    ``reset_accumulated_memory_stats``, ``get_per_process_memory_fraction``, ``memory_snapshot``,
+    ``_snapshot`` and ``_dump_snapshot`` report tracepool's memory; ``empty_cache``,
+    ``set_per_process_memory_fraction`` and ``Tensor.record_stream`` reach tracepool; allocations
+    made during ``backward()`` / ``torch.autograd.grad`` carry the Python frames of the line that
+    called them (flagged borrowed). An allocation that does not fit raises
+    ``torch.cuda.OutOfMemoryError`` naming the lines that hold the most memory (when the OOM
+    shim, ``libtracepool_torch.so``, was built; without it PyTorch gets a null pointer and tracepool
+    prints the error on stderr).
+
+    There is no uninstall: PyTorch cannot swap its allocator back once it has one, and tensors
+    already allocated must be freed by the allocator that made them. ``_record_memory_history``
+    and the other allocator features PyTorch keeps for its own allocator stay unavailable.
+
+    Raises RuntimeError if CUDA is already initialised or unavailable, or if tracepool's instance
+    does not use the CUDA backend; :class:`tracepool.Error` for a bad ``conf``.
+    """
+    global _installed
+    import torch
+
+    with _lock:
+        if _installed is not None:
+            if conf is not None and conf != _installed["conf"]:
+                raise RuntimeError("tracepool.torch.install: already installed with conf %r; cannot change it to %r"
+                                   % (_installed["conf"], conf))
+            return
+        if torch.cuda.is_initialized():
+            raise RuntimeError("tracepool.torch.install: " + _NOT_BEFORE_CUDA)
+        if not torch.cuda.is_available():  # counts devices without initialising CUDA in torch
+            raise RuntimeError("tracepool.torch.install: CUDA is not available to PyTorch here (no driver or device)")
+        if conf is not None:
+            configure(conf)
+        backend = _tracepool.backend_name()  # creates the instance now: a bad TRACEPOOL_CONF fails here
+        if backend != "cuda":
+            raise RuntimeError("tracepool.torch.install: tracepool's instance uses the %r backend (TRACEPOOL_CONF?); "
+                               "PyTorch needs device memory, backend cuda" % backend)
+
+        lib = ctypes.CDLL(library_path())  # the file the extension uses: one allocator per process
+        shim = _oom_shim_path()
+        if shim is not None:  # its dependency on libtracepool.so resolves to the one already loaded
+            allocator = torch.cuda.memory.CUDAPluggableAllocator(shim, "tracepool_torch_alloc_checked",
+                                                                 "tracepool_torch_free")
+        else:
+            allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "tracepool_torch_alloc",
+                                                                 "tracepool_torch_free")
+        hooks = allocator.allocator()  # a torch._C._CUDAPluggableAllocator
+        hooks.set_reset_fn(_address(lib, "tracepool_torch_empty_cache"))
+        hooks.set_memory_fraction_fn(_address(lib, "tracepool_torch_set_memory_fraction"))
+        hooks.set_record_stream_fn(_address(lib, "tracepool_torch_record_stream"))
+        try:
+            torch.cuda.memory.change_current_allocator(allocator)
+        except RuntimeError as e:  # "Can't swap an already initialized allocator"
+            raise RuntimeError("tracepool.torch.install: %s (PyTorch: %s)" % (_NOT_BEFORE_CUDA, e)) from e
+        _installed = {"conf": conf, "allocator": allocator, "oom_shim": shim}
+        _patch_memory_functions(torch)
+        _patch_backward(torch)
+
+
+def _device(device: int | None) -> int:
+    import torch
+
+    return torch.cuda.current_device() if device is None or device < 0 else int(device)
+
+
+# Statistics the native allocator keeps and tracepool does not (it never refuses to split a block
+# and keeps no oversize class); memory_summary() reads the oversize ones.
+_NATIVE_ONLY_STATS = {
+    "max_split_size": -1,
+    "num_sync_all_streams": 0,
+    "oversize_allocations": {"current": 0, "peak": 0, "allocated": 0, "freed": 0},
+    "oversize_segments": {"current": 0, "peak": 0, "allocated": 0, "freed": 0},
+}
+
+
+def _memory_stats(device: int | None = None) -> dict[str, Any]:
+    """torch._C._cuda_memoryStats: the nested statistics of memory_stats() and everything built on it."""
+    stats = _tracepool.nested_stats(_device(device))
+    for key, value in _NATIVE_ONLY_STATS.items():
+        stats.setdefault(key, dict(value) if isinstance(value, dict) else value)
+    return stats
+
+
+def _reset_peak_stats(device: int | None = None) -> None:
+    _tracepool.reset_peak_stats(_device(device))
+
+
+def _reset_accumulated_stats(device: int | None = None) -> None:
+    _tracepool.reset_accumulated_stats(_device(device))
+
+
+def _memory_snapshot(pool_and_traces: tuple[int, int, bool] | None = None) -> dict[str, Any]:
+    """torch._C._cuda_memorySnapshot: None from _snapshot(), (pool id, pool id, include_traces)
+    from memory_snapshot() and MemPool.snapshot(). tracepool has no private pools: only (0, 0),
+    the default pool, holds segments."""
+    snapshot = _snapshot.from_json(_tracepool.snapshot_json())
+    if pool_and_traces is None:
+        return snapshot
+    if tuple(pool_and_traces[:2]) != (0, 0):
+        snapshot = dict(snapshot, segments=[])
+    return snapshot if pool_and_traces[2] else _snapshot.without_traces(snapshot)
+
+
+def _get_memory_fraction(device: int | None = None) -> float:
+    return _memory_fraction.get(_device(device), 1.0)
+
+
+def _patch_memory_functions(torch: Any) -> None:
+    """Points torch.cuda.memory's functions at tracepool. They look these torch._C functions up at
+    every call (torch/cuda/memory.py), so replacing the attributes reroutes memory_allocated,
+    memory_reserved, max_memory_*, memory_stats, memory_summary, reset_peak_memory_stats,
+    reset_max_memory_allocated, reset_accumulated_memory_stats, get_per_process_memory_fraction,
+    memory_snapshot, _snapshot and _dump_snapshot, and torch.accelerator's memory_stats & co.
+    empty_cache and set_per_process_memory_fraction reach tracepool through the allocator's hooks;
+    the fraction is also remembered here for get."""
+    C = torch._C
+    set_fraction = C._cuda_setMemoryFraction
+
+    def _set_memory_fraction(fraction: float, device: int) -> None:
+        set_fraction(fraction, device)  # -> tracepool_torch_set_memory_fraction
+        _memory_fraction[_device(device)] = float(fraction)
+
+    C._cuda_memoryStats = _memory_stats
+    C._cuda_resetPeakMemoryStats = _reset_peak_stats
+    C._cuda_resetAccumulatedMemoryStats = _reset_accumulated_stats
+    C._cuda_memorySnapshot = _memory_snapshot
+    C._cuda_getMemoryFraction = _get_memory_fraction
+    C._cuda_setMemoryFraction = _set_memory_fraction
+    # torch.accelerator's memory functions (torch/accelerator/memory.py) ask the allocator registered
+    # for the device type, PyTorch's own, which never starts once a pluggable one is installed: route
+    # them to tracepool too.
+    for name, function in (("_accelerator_isAllocatorInitialized", torch.cuda.is_initialized),
+                           ("_accelerator_emptyCache", C._cuda_emptyCache),
+                           ("_accelerator_getDeviceStats", _memory_stats),
+                           ("_accelerator_resetPeakStats", _reset_peak_stats),
+                           ("_accelerator_resetAccumulatedStats", _reset_accumulated_stats)):
+        if hasattr(C, name):
+            setattr(C, name, function)
+
+
+def _lend_frames(run_backward: Any) -> Any:
+    """Wraps autograd's engine entry so that the allocations of its worker threads, which run no
+    Python of their own, carry the Python frames of the thread that called backward (borrowed)."""
+    if getattr(run_backward, "__tracepool_wrapped__", None) is not None:
+        return run_backward
+
+    @functools.wraps(run_backward)
+    def run_backward_lending_frames(*args: Any, **kwargs: Any) -> Any:
+        _tracepool._backward_begin(1)  # not this wrapper's frame: torch's and the caller's
+        try:
+            return run_backward(*args, **kwargs)
+        finally:
+            _tracepool._backward_end()
+
+    run_backward_lending_frames.__tracepool_wrapped__ = run_backward
+    return run_backward_lending_frames
+
+
+def _patch_backward(torch: Any) -> None:
+    # torch.autograd.backward and torch.autograd.grad (and so Tensor.backward) call the module
+    # global torch.autograd._engine_run_backward, imported from torch.autograd.graph.
+    for module in (torch.autograd, torch.autograd.graph):
+        run_backward = getattr(module, "_engine_run_backward", None)
+        if run_backward is not None:
+            module._engine_run_backward = _lend_frames(run_backward)
+
+
+def pool(use_on_oom: bool = False) -> Any:
+    """A ``torch.cuda.MemPool`` whose memory comes from tracepool, for scoped use::
+
+        p = tracepool.torch.pool()
+        with torch.cuda.use_mem_pool(p):
+            kv_cache = torch.empty(...)
+
+    PyTorch's own caching allocator stays in charge: it asks tracepool only for whole segments
+    (2 MiB, 20 MiB, or the request rounded to 2 MiB) when the pool needs one, and returns them on
+    ``empty_cache`` or when the pool dies. So tracepool's reports name the lines that grew the pool,
+    not every tensor, and PyTorch's own memory tools (memory_stats, ``_record_memory_history``)
+    keep working. Works after CUDA is initialised; not together with :func:`install` (PyTorch
+    does not support pools on a pluggable allocator). Only the current thread's allocations go to
+    the pool, as ``use_mem_pool`` documents.
+    """
+    import torch
+
+    # The plain entry point, not the OOM shim: inside a pool PyTorch treats a null segment as its
+    # own out-of-memory case (freeing its cache, retrying, raising OutOfMemoryError itself).
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "tracepool_torch_alloc",
+                                                         "tracepool_torch_free")
+    # The MemPool holds the C++ allocator by raw pointer, and only this Python object owns it. A
+    # reference kept in a module would be dropped while the interpreter shuts down, maybe before the
+    # pool is destroyed (which frees through the allocator): this one is never dropped.
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(allocator.allocator()))
+    return torch.cuda.MemPool(allocator.allocator(), use_on_oom=use_on_oom)
+
+
+def dump_snapshot(path: str | os.PathLike[str]) -> None:
+    """Writes tracepool's memory now as a ``torch.cuda.memory._snapshot()`` pickle, for
+    pytorch.org/memory_viz or ``python -m torch.cuda._memory_viz``.
+
+    Segments and their blocks with state and the frames of each block's call site; since tracepool
+    keeps no event history, the trace holds one ``alloc`` event per live block (so the timeline
+    shows what is held and by which lines, oldest first). Pickle protocol 4, which the viewer reads
+    (it rejects 5, Python 3.14's default). Does not need :func:`install` or torch.
+    """
+    _snapshot.dump(_snapshot.from_json(_tracepool.snapshot_json()), path)

@@ -1,0 +1,202 @@
+"""tracepool.torch.dump_snapshot: tracepool's memory as a torch.cuda.memory._snapshot() pickle.
+
+Runs without a GPU and without torch (TRACEPOOL_CONF=backend:host in CI): blocks come from
+tracepool.alloc. What PyTorch's readers need is checked twice: by torch.cuda._memory_viz itself
+where torch is installed, and always by viewer_problems() below, written from _memory_viz.py
+(segsum, trace, trace_plot, segment_plot) and MemoryViz.js (the browser viewer's unpickle,
+annotate_snapshot, process_alloc_data).
+"""
+
+import collections
+import importlib.util
+import json
+import os
+import pickle
+import pickletools
+
+import pytest
+
+import tracepool
+import tracepool.torch  # must import without torch
+from tracepool import _snapshot
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+STATES = {"active_allocated", "active_pending_free", "inactive"}
+HERE = os.path.realpath(__file__)
+
+
+def viewer_problems(data):
+    """What in `data` PyTorch's snapshot readers would trip on, as a list of strings."""
+    problems = []
+
+    def plain(x, where):
+        if type(x) is dict:
+            for k, v in x.items():
+                if not isinstance(k, str):
+                    problems.append("%s: key %r is not a str" % (where, k))
+                plain(v, "%s.%s" % (where, k))
+        elif type(x) in (list, tuple):
+            for i, v in enumerate(x):
+                plain(v, "%s[%d]" % (where, i))
+        elif type(x) not in (str, int, float, bool, type(None)):
+            problems.append("%s: %s is not a plain type" % (where, type(x).__name__))
+
+    plain(data, "snapshot")
+    if type(data) is not dict or not {"segments", "device_traces"} <= set(data):
+        return problems + ["not a dict with segments and device_traces"]
+
+    def frames_ok(frames, where):
+        if not isinstance(frames, list):
+            problems.append("%s: frames is not a list" % where)
+            return
+        for f in frames:  # _frame_fmt and format_frames: f["filename"], f["line"], f["name"]
+            if not (isinstance(f.get("filename"), str) and isinstance(f.get("line"), int)
+                    and isinstance(f.get("name"), str)):
+                problems.append("%s: frame %r lacks filename/line/name" % (where, f))
+
+    active = {}
+    for i, seg in enumerate(data["segments"]):
+        where = "segments[%d]" % i
+        for key in ("device", "address", "total_size", "allocated_size", "stream"):
+            if not isinstance(seg.get(key), int):
+                problems.append("%s.%s is not an int" % (where, key))
+        if not isinstance(seg.get("segment_pool_id"), tuple):
+            problems.append("%s.segment_pool_id is not a tuple" % where)
+        frames_ok(seg.get("frames", []), where)
+        offset = 0
+        for j, b in enumerate(seg.get("blocks", [])):
+            bw = "%s.blocks[%d]" % (where, j)
+            if b.get("state") not in STATES:
+                problems.append("%s: state %r" % (bw, b.get("state")))
+            if not (isinstance(b.get("size"), int) and isinstance(b.get("requested_size"), int)):
+                problems.append("%s: size/requested_size not ints" % bw)
+                continue
+            # The viewer recomputes each block's address as the segment's plus the sizes before it.
+            if b.get("address") != seg["address"] + offset:
+                problems.append("%s: address is not segment address + preceding sizes" % bw)
+            if b["state"] == "active_allocated":
+                if b["requested_size"] > b["size"]:
+                    problems.append("%s: requested_size > size" % bw)
+                active.setdefault(seg["device"], set()).add(b["address"])
+            frames_ok(b.get("frames", []), bw)
+            offset += b["size"]
+        if offset != seg.get("total_size"):  # segsum asserts that blocks fill their segment
+            problems.append("%s: blocks add up to %d, total_size is %s" % (where, offset, seg.get("total_size")))
+    traces = data["device_traces"]
+    if not isinstance(traces, list) or any(not isinstance(t, list) for t in traces):
+        return problems + ["device_traces is not a list of lists"]
+    for device in active:
+        if device >= len(traces):  # the viewer indexes device_traces by a segment's device
+            problems.append("device_traces has no list for device %d" % device)
+    for d, trace in enumerate(traces):
+        allocs = set()
+        for k, e in enumerate(trace):
+            where = "device_traces[%d][%d]" % (d, k)
+            if not (isinstance(e.get("action"), str) and all(isinstance(e.get(x), int) for x in ("addr", "size", "stream"))):
+                problems.append("%s: needs action, addr, size, stream" % where)
+                continue
+            frames_ok(e.get("frames", []), where)
+            if e["action"] == "alloc":
+                allocs.add(e["addr"])
+        # Live blocks without an alloc event are drawn as allocated before the trace began.
+        if allocs != active.get(d, set()):
+            problems.append("device %d: alloc events %d, live blocks %d" % (d, len(allocs), len(active.get(d, ()))))
+    return problems
+
+
+def opcodes(raw):
+    return {op.name for op, _, _ in pickletools.genops(raw)}
+
+
+@pytest.fixture
+def blocks():
+    """Live blocks of three size classes plus a freed one; yields the line that allocated the first."""
+    line = _line_of("small = tracepool.alloc(1000)")
+    small = tracepool.alloc(1000)
+    large = tracepool.alloc(3 << 20)
+    freed = tracepool.alloc(30 << 20)
+    tracepool.free(freed)
+    try:
+        yield line
+    finally:
+        tracepool.free(small)
+        tracepool.free(large)
+
+
+def _line_of(text):
+    with open(HERE) as f:
+        for number, source in enumerate(f, 1):
+            if source.strip() == text:
+                return number
+    raise AssertionError("no line %r in %s" % (text, HERE))
+
+
+def test_json_becomes_the_dictionary_torch_snapshots_are():
+    doc = {"segments": [{"device": 1, "address": "0x7f0000000000", "total_size": 2097152, "allocated_size": 512,
+                         "active_size": 512, "requested_size": 100, "stream": 0, "segment_type": "small",
+                         "segment_pool_id": [0, 0], "is_expandable": False, "frames": [],
+                         "blocks": [{"address": "0x7f0000000000", "size": 512, "requested_size": 100,
+                                     "state": "active_allocated",
+                                     "frames": [{"filename": "train.py", "line": 7, "name": "step"},
+                                                {"filename": None, "line": None, "name": "0x1234"}]},
+                                    {"address": 139637976727552 + 512, "size": 2097152 - 512, "requested_size": 0,
+                                     "state": "inactive", "frames": []}]}],
+           "device_traces": [[]], "allocator_settings": {}, "external_annotations": []}
+    data = _snapshot.from_json(json.dumps(doc))
+    seg = data["segments"][0]
+    assert seg["address"] == 0x7F0000000000 and seg["segment_pool_id"] == (0, 0)
+    assert seg["blocks"][0]["frames"] == [{"filename": "train.py", "line": 7, "name": "step"},
+                                          {"filename": "??", "line": 0, "name": "0x1234"}]
+    assert len(data["device_traces"]) == 2  # one list per device up to the highest with a segment
+    assert _snapshot.without_traces(data)["device_traces"] == [[], []]
+
+
+def test_snapshot_names_the_allocating_line(blocks):
+    data = _snapshot.from_json(tracepool._tracepool.snapshot_json())
+    assert viewer_problems(data) == []
+    live = [b for s in data["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    small = [b for b in live if b["requested_size"] == 1000]
+    assert small, "no live 1000-byte block in %r" % live
+    assert any(os.path.realpath(f["filename"]) == HERE and f["line"] == blocks for b in small for f in b["frames"]), \
+        [b["frames"] for b in small]
+
+
+def test_dump_snapshot_writes_protocol_4_with_the_viewers_opcodes_only(blocks, tmp_path):
+    path = tmp_path / "snapshot.pickle"
+    tracepool.torch.dump_snapshot(path)
+    raw = path.read_bytes()
+    assert raw[:2] == b"\x80\x04"
+    assert opcodes(raw) <= _snapshot.VIEWER_OPCODES, opcodes(raw) - _snapshot.VIEWER_OPCODES
+    data = pickle.loads(raw)
+    assert data == _snapshot.from_json(tracepool._tracepool.snapshot_json())
+    assert viewer_problems(data) == []
+    assert sorted(os.listdir(tmp_path)) == ["snapshot.pickle"]  # no temporary file left behind
+
+
+def test_checker_catches_what_the_viewer_rejects():
+    seg = {"device": 0, "address": 4096, "total_size": 2048, "allocated_size": 0, "stream": 0,
+           "segment_pool_id": (0, 0), "frames": [],
+           "blocks": [{"address": 4096, "size": 1024, "requested_size": 0, "state": "inactive", "frames": []}]}
+    assert viewer_problems({"segments": [seg], "device_traces": []}) == [
+        "segments[0]: blocks add up to 1024, total_size is 2048"]
+    live = dict(seg, blocks=[dict(seg["blocks"][0], state="active_allocated", size=2048)])
+    assert viewer_problems({"segments": [live], "device_traces": []}) == ["device_traces has no list for device 0"]
+    ordered = collections.OrderedDict(segments=[], device_traces=[])  # pickles with opcodes the viewer lacks
+    assert viewer_problems(ordered)[0] == "snapshot: OrderedDict is not a plain type"
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed: viewer_problems() stands in for _memory_viz")
+def test_torch_memory_viz_reads_it(blocks, tmp_path):
+    from torch.cuda import _memory_viz
+
+    path = tmp_path / "snapshot.pickle"
+    tracepool.torch.dump_snapshot(path)
+    with open(path, "rb") as f:
+        data = pickle.load(f)
+    assert "total_reserved" in _memory_viz.segsum(data)
+    assert "entries" in _memory_viz.trace(data)
+    assert "MemoryViz.js" in _memory_viz.trace_plot(data)
+    assert "MemoryViz.js" in _memory_viz.segment_plot(data)
+    # The flamegraph views, with the flamegraph script (a download) replaced by the identity.
+    assert "active_allocated" in _memory_viz.segments(data, format_flamegraph=lambda lines: lines)
+    assert "active_allocated" in _memory_viz.memory(data, format_flamegraph=lambda lines: lines)
