@@ -14,17 +14,43 @@ namespace {
 
 std::atomic<script_provider*> current{nullptr};
 
-// Interpreter-loop ranges of every provider ever registered, so that sites captured under an
-// earlier provider still merge. Append-only; readers see a prefix.
-constexpr size_t max_loops = 8;
-std::atomic<uintptr_t> loop_begin[max_loops], loop_end[max_loops];
-std::atomic<uintptr_t> interpreter_begin[max_loops], interpreter_end[max_loops];  // the loop's module
-std::atomic<size_t> loops{0};
-std::mutex loops_mutex;
+// Address ranges that every capture may test: append-only, written under one mutex, read without
+// it (a reader sees a prefix of the entries). Never shrinks: sites captured under an earlier
+// provider still merge.
+class range_list {
+ public:
+  static constexpr size_t capacity = 8;
+  // false if full; adding a range whose begin is known is a no-op.
+  bool add(code_range r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t n = count_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < n; ++i)
+      if (begin_[i].load(std::memory_order_relaxed) == r.begin) return true;
+    if (n == capacity) return false;
+    begin_[n].store(r.begin, std::memory_order_relaxed);
+    end_[n].store(r.end, std::memory_order_relaxed);
+    count_.store(n + 1, std::memory_order_release);
+    return true;
+  }
+  // A return address points just past its call, which may be a range's last byte + 1.
+  bool holds_return_address(uintptr_t return_address) const {
+    const uintptr_t pc = return_address - 1;
+    const size_t n = count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i)
+      if (pc >= begin_[i].load(std::memory_order_relaxed) && pc < end_[i].load(std::memory_order_relaxed)) return true;
+    return false;
+  }
 
-// Bindings modules: append-only like the loops, read on every capture.
-std::atomic<uintptr_t> bindings_begin[max_bindings_modules], bindings_end[max_bindings_modules];
-std::atomic<size_t> bindings{0};
+ private:
+  std::mutex mutex_;
+  std::atomic<uintptr_t> begin_[capacity] = {}, end_[capacity] = {};
+  std::atomic<size_t> count_{0};
+};
+
+range_list loops;         // interpreter loops of every provider registered
+range_list interpreters;  // the modules (executable or libpython) that hold them
+range_list bindings;      // modules of bindings that call tracepool
+static_assert(range_list::capacity == max_bindings_modules);
 
 // File and function names, each stored once for the life of the process (never destroyed, so
 // that reports made from atexit handlers find them).
@@ -39,55 +65,26 @@ const char* intern(std::string_view text) {
 
 void set_script_provider(script_provider* p) {
   if (p != nullptr && p->eval_begin() < p->eval_end()) {
-    std::lock_guard<std::mutex> lock(loops_mutex);
-    const size_t n = loops.load(std::memory_order_relaxed);
-    bool known = false;
-    for (size_t i = 0; i < n; ++i) known |= loop_begin[i].load(std::memory_order_relaxed) == p->eval_begin();
-    if (!known && n < max_loops) {
-      loop_begin[n].store(p->eval_begin(), std::memory_order_relaxed);
-      loop_end[n].store(p->eval_end(), std::memory_order_relaxed);
-      const code_range module = module_range_of(reinterpret_cast<const void*>(p->eval_begin()));
-      interpreter_begin[n].store(module.begin, std::memory_order_relaxed);
-      interpreter_end[n].store(module.end, std::memory_order_relaxed);
-      loops.store(n + 1, std::memory_order_release);
-    }
+    loops.add(code_range{p->eval_begin(), p->eval_end()});
+    interpreters.add(module_range_of(reinterpret_cast<const void*>(p->eval_begin())));
   }
   current.store(p, std::memory_order_release);
 }
 
-bool in_interpreter_module(uintptr_t return_address) {
-  const uintptr_t pc = return_address - 1;
-  const size_t n = loops.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i)
-    if (pc >= interpreter_begin[i].load(std::memory_order_relaxed) &&
-        pc < interpreter_end[i].load(std::memory_order_relaxed))
-      return true;
-  return false;
-}
+bool in_interpreter_loop(uintptr_t return_address) { return loops.holds_return_address(return_address); }
+
+bool in_interpreter_module(uintptr_t return_address) { return interpreters.holds_return_address(return_address); }
+
+bool in_bindings_module(uintptr_t return_address) { return bindings.holds_return_address(return_address); }
 
 status add_bindings_module(const void* address_in_module) {
   const code_range module = module_range_of(address_in_module);
   if (module.begin == module.end)
     return fail(status::invalid_argument, "add_bindings_module: %p is in no loaded module", address_in_module);
-  std::lock_guard<std::mutex> lock(loops_mutex);
-  const size_t n = bindings.load(std::memory_order_relaxed);
-  for (size_t i = 0; i < n; ++i)
-    if (bindings_begin[i].load(std::memory_order_relaxed) == module.begin) return status::ok;
-  if (n == max_bindings_modules)
-    return fail(status::invalid_argument, "add_bindings_module: %zu modules already marked, the most kept", n);
-  bindings_begin[n].store(module.begin, std::memory_order_relaxed);
-  bindings_end[n].store(module.end, std::memory_order_relaxed);
-  bindings.store(n + 1, std::memory_order_release);
+  if (!bindings.add(module))
+    return fail(status::invalid_argument, "add_bindings_module: %zu modules already marked, the most kept",
+                max_bindings_modules);
   return status::ok;
-}
-
-bool in_bindings_module(uintptr_t return_address) {
-  const uintptr_t pc = return_address - 1;
-  const size_t n = bindings.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i)
-    if (pc >= bindings_begin[i].load(std::memory_order_relaxed) && pc < bindings_end[i].load(std::memory_order_relaxed))
-      return true;
-  return false;
 }
 
 size_t capture_script_frames(uintptr_t* words, size_t max_frames) {
@@ -105,16 +102,6 @@ script_frame* describe_script_frames(const uintptr_t* words, size_t frames) {
     out[i] = script_frame{intern(described[i].file), intern(described[i].function), described[i].line,
                           described[i].flags};
   return out;
-}
-
-bool in_interpreter_loop(uintptr_t return_address) {
-  // A return address points just past its call, which may be the loop's last byte + 1.
-  const uintptr_t pc = return_address - 1;
-  const size_t n = loops.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i)
-    if (pc >= loop_begin[i].load(std::memory_order_relaxed) && pc < loop_end[i].load(std::memory_order_relaxed))
-      return true;
-  return false;
 }
 
 }  // namespace tracepool::core
