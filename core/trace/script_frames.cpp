@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "unwinder.h"
 
@@ -64,6 +65,12 @@ const char* intern(std::string_view text) {
 }  // namespace
 
 void set_script_provider(script_provider* p) {
+  if (p != nullptr) {  // kept for good, and reachable: a capture on another thread may still use it
+    static std::mutex* mutex = new std::mutex;
+    static auto* every = new std::vector<script_provider*>;
+    std::lock_guard<std::mutex> lock(*mutex);
+    every->push_back(p);
+  }
   if (p != nullptr && p->eval_begin() < p->eval_end()) {
     loops.add(code_range{p->eval_begin(), p->eval_end()});
     interpreters.add(module_range_of(reinterpret_cast<const void*>(p->eval_begin())));
