@@ -215,7 +215,7 @@ PY
 fi
 
 # ---- 4b. Call-site capture benchmark (host backend, through libtracepool.so) ------------------------
-# This machine has no libunwind, so the boost unwinder is the one measured; its JSON stays in WORK.
+# cfi and boost are measured (this machine has no libunwind); its JSON stays in WORK.
 TRACE_BENCH=$BUILD/tests/tracepool_trace_bench
 t=$(budget 90)
 if [[ ! -x $TRACE_BENCH ]]; then
