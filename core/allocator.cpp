@@ -153,7 +153,11 @@ status allocator::for_devices(int device, Fn&& fn) {
 }
 
 status allocator::empty_cache(int device) {
-  return for_devices(device, [](device_cache& d) { d.empty_cache(/*wait=*/false); });
+  status first = status::ok;
+  const status s = for_devices(device, [&](device_cache& d) {
+    if (status e = d.empty_cache(/*wait=*/false); e != status::ok && first == status::ok) first = e;
+  });
+  return s != status::ok ? s : first;
 }
 
 status allocator::stats(int device, device_stats* out) {

@@ -65,7 +65,9 @@ struct block_record {
 
 // A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block
 // operation needs only that pool's lock. A fully free segment may move to another pool once the
-// stream it was last used on has been fenced (Note [Stream reuse] in stream_reuse.h).
+// stream it was last used on has been fenced (Note [Stream reuse] in stream_reuse.h). `first` is
+// never null: a segment between pools (moving, or being released) keeps its one free block, on no
+// free list, so that moving it allocates nothing.
 struct segment {
   char* ptr = nullptr;
   size_t size = 0;

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -61,7 +62,7 @@ status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block
     std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.num_alloc_retries;
   }
-  empty_cache(/*wait=*/true);
+  (void)empty_cache(/*wait=*/true);  // best effort: what it could not give back stays cached
   s = try_allocate(pool, rounded, size, tag, out);
   return s == status::out_of_memory ? out_of_memory(size, rounded) : s;
 }
@@ -102,48 +103,98 @@ status device_cache::grow(size_t rounded, pool_kind kind, uint32_t site, segment
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto reserved = static_cast<size_t>(segment_stats_.at(stat_kind::reserved_bytes, all_pools).current);
-    if (limit_ != 0 && reserved + reserving_ + bytes > limit_)
+    if (limit_ != 0 && reserved + reserving_ + releasing_ + bytes > limit_)
       return fail(status::out_of_memory, "device %d: a %s segment would pass the limit of %s (%s reserved)", device_,
                   human(bytes).c_str(), human(limit_).c_str(), human(reserved).c_str());
     reserving_ += bytes;
   }
+  // The records are made before the memory is asked for, so that once the device has said yes
+  // nothing can fail.
+  std::unique_ptr<segment> seg(new (std::nothrow) segment());
+  std::unique_ptr<block> whole(new (std::nothrow) block());
   void* ptr = nullptr;
-  const status s = backend_.allocate(device_, bytes, &ptr);
-  std::lock_guard<std::mutex> lock(mutex_);
+  const status s = seg && whole ? backend_.allocate(device_, bytes, &ptr)
+                                : fail(status::internal, "device %d: host memory exhausted while growing", device_);
+  std::unique_lock<std::mutex> lock(mutex_);
   reserving_ -= bytes;
   if (s != status::ok) return s;
-  segment* seg = new (std::nothrow) segment();
-  if (seg == nullptr) {
-    (void)backend_.release(device_, ptr, bytes);
-    return fail(status::internal, "device %d: host memory exhausted while recording a segment", device_);
-  }
   seg->ptr = static_cast<char*>(ptr);
   seg->size = bytes;
   seg->device = device_;
   seg->kind = kind;
   seg->site = site;
-  segments_.emplace(seg->ptr, seg);
+  whole->ptr = seg->ptr;
+  whole->size = bytes;
+  whole->seg = seg.get();
+  seg->first = whole.get();
+  bool added = false;
+  try {
+    added = segments_.emplace(seg->ptr, seg.get()).second;
+  } catch (const std::bad_alloc&) {
+  }
+  if (!added) {
+    // Out of host memory for the map node, or the backend handed out an address we still hold
+    // (Note [Release order] exists so that this cannot happen): either way the segment is not ours.
+    const bool duplicate = segments_.count(seg->ptr) != 0;
+    lock.unlock();
+    if (!duplicate) (void)backend_.release(device_, ptr, bytes);
+    return fail(status::internal, "device %d: could not record a new segment at %p (%s)", device_, ptr,
+                duplicate ? "the backend handed out an address tracepool still holds" : "host memory exhausted");
+  }
   segment_stats_.increase(stat_kind::segment, kind, 1);
   segment_stats_.increase(stat_kind::reserved_bytes, kind, static_cast<int64_t>(bytes));
   ++counters_.num_device_alloc;
-  *out = seg;
+  whole.release();
+  *out = seg.release();
   return status::ok;
 }
 
-void device_cache::release(const std::vector<segment*>& segments) {
+// Note [Release order]
+// A segment leaves the segment map (and the statistics) before its memory goes back to the backend,
+// and comes back only if the backend refuses. The other order loses segments: once the backend has
+// the memory, a concurrent grow may get the same address from it, and the map still holding the old
+// entry would drop the new one, which the old one's erase then removed. Bytes being released still
+// count against the limit (releasing_) until the backend has them.
+status device_cache::release(const std::vector<segment*>& segments) {
+  status result = status::ok;
   for (segment* seg : segments) {
-    // A failure here (a context already torn down at exit) leaves nothing we could retry.
-    (void)backend_.release(device_, seg->ptr, seg->size);
-    std::lock_guard<std::mutex> lock(mutex_);
-    segments_.erase(seg->ptr);
-    segment_stats_.decrease(stat_kind::segment, seg->kind, 1);
-    segment_stats_.decrease(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
-    ++counters_.num_device_free;
-    delete seg;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      segments_.erase(seg->ptr);
+      segment_stats_.decrease(stat_kind::segment, seg->kind, 1);
+      segment_stats_.decrease(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
+      releasing_ += seg->size;
+    }
+    const status s = backend_.release(device_, seg->ptr, seg->size);
+    if (s == status::ok) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      releasing_ -= seg->size;
+      ++counters_.num_device_free;
+      delete seg->first;
+      delete seg;
+      continue;
+    }
+    // Refused: the memory is still the device's and still ours. It goes back where it came from, as
+    // cache, so nothing is lost and a later empty_cache may try again.
+    result = s;
+    const std::string reason = last_error();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      releasing_ -= seg->size;
+      segments_.emplace(seg->ptr, seg);
+      segment_stats_.increase(stat_kind::segment, seg->kind, 1);
+      segment_stats_.increase(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
+    }
+    stream_pool* owner = seg->owner;
+    std::lock_guard<std::mutex> lock(owner->mutex());
+    owner->readopt(seg);
+    fail(s, "%s", reason.c_str());
   }
+  return result;
 }
 
-void device_cache::empty_cache(bool wait) {
+status device_cache::empty_cache(bool wait) {
+  status result = status::ok;
   for (stream_pool* pool : pools_snapshot()) {
     std::vector<segment*> freed;
     {
@@ -152,8 +203,14 @@ void device_cache::empty_cache(bool wait) {
       pool->disown_free_segments(&freed);
       if (validate_) check(pool);
     }
-    release(freed);
+    if (status s = release(freed); s != status::ok && result == status::ok) result = s;
   }
+  if (result != status::ok) {
+    const std::string reason = last_error();
+    return fail(result, "empty_cache on device %d: a segment could not be given back and stays cached: %s", device_,
+                reason.c_str());
+  }
+  return status::ok;
 }
 
 status device_cache::out_of_memory(size_t size, size_t rounded) {

@@ -33,8 +33,9 @@ class device_cache {
   status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
   status free(block* b);
   void record_stream(block* b, backend::stream_handle used_on);
-  // Gives fully free segments back to the device. With `wait`, first waits for pending frees.
-  void empty_cache(bool wait);
+  // Gives fully free segments back to the device. With `wait`, first waits for pending frees. A
+  // segment the backend refuses to take stays cached (the first such failure is returned).
+  status empty_cache(bool wait);
 
   device_stats stats();
   // Every block of every pool (pools locked one at a time).
@@ -51,7 +52,7 @@ class device_cache {
   status try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out);
   segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);
   status grow(size_t rounded, pool_kind kind, uint32_t site, segment** out);
-  void release(const std::vector<segment*>& segments);
+  status release(const std::vector<segment*>& segments);
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
   void check(stream_pool* pool);
@@ -67,6 +68,7 @@ class device_cache {
   event_counters counters_;
   size_t limit_ = 0;
   size_t reserving_ = 0;                      // bytes being obtained from the backend right now
+  size_t releasing_ = 0;                      // bytes being given back (Note [Release order])
 };
 
 }  // namespace tracepool::core

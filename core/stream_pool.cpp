@@ -142,16 +142,24 @@ void stream_pool::absorb(block* left, block* right) {
   recycle(right);
 }
 
+// A segment travels with its one whole-segment block (segment::first), so adopting it allocates
+// nothing and cannot fail halfway.
 void stream_pool::adopt(segment* s) {
-  block* b = new_block();
+  s->first->free_seq = 0;  // idle on the device, so safe for every stream
+  s->first->site = s->site;
+  readopt(s);
+}
+
+void stream_pool::readopt(segment* s) {
   s->owner = this;
   link(s);
-  b->ptr = s->ptr;
-  b->size = s->size;
-  b->seg = s;
-  b->site = s->site;
-  s->first = b;
-  insert_free(b);  // free_seq 0: idle on the device, so safe for every stream
+  insert_free(s->first);
+}
+
+// Takes whole free segment `s` out of this pool, its block with it (not on any free list).
+void stream_pool::disown(segment* s) {
+  erase_free(s->first);
+  unlink(s);
 }
 
 segment* stream_pool::disown_safe_segment(size_t rounded, pool_kind kind) {
@@ -163,22 +171,19 @@ segment* stream_pool::disown_safe_segment(size_t rounded, pool_kind kind) {
     if (!reuse_.safe_for_other_streams(*b)) continue;
     if (best == nullptr || s->size < best->size) best = s;
   }
-  if (best == nullptr) return nullptr;
-  erase_free(best->first);
-  recycle(best->first);
-  best->first = nullptr;
-  unlink(best);
+  if (best != nullptr) disown(best);
   return best;
 }
 
 void stream_pool::disown_free_segments(std::vector<segment*>* out) {
+  auto whole_free = [](const segment* s) { return s->first->state == block_state::free && s->first->is_whole_segment(); };
+  size_t n = 0;
+  for (segment* s = segments_; s != nullptr; s = s->pool_next) n += whole_free(s);
+  out->reserve(out->size() + n);  // may throw: before anything changes
   for (segment* s = segments_; s != nullptr;) {
     segment* next = s->pool_next;
-    if (s->first->state == block_state::free && s->first->is_whole_segment()) {
-      erase_free(s->first);
-      recycle(s->first);
-      s->first = nullptr;
-      unlink(s);
+    if (whole_free(s)) {
+      disown(s);
       out->push_back(s);
     }
     s = next;

@@ -40,10 +40,14 @@ class stream_pool {
   bool has_pending() const { return reuse_.has_pending(); }
   // Adds a segment that is free as a whole (new from the device, or moved from another pool).
   void adopt(segment* s);
+  // Takes back a segment this pool disowned for release when the backend refused it; its last use
+  // (free_seq) and last holder stay what they were.
+  void readopt(segment* s);
   // Removes and returns the smallest whole free segment of `kind` with at least `rounded` bytes that
   // other streams may use (fencing this pool's stream if needed); nullptr if there is none.
   segment* disown_safe_segment(size_t rounded, pool_kind kind);
-  // Removes every whole free segment, for release to the device.
+  // Removes every whole free segment, for release to the device (the caller deletes each segment
+  // and its block once the backend has its memory, or readopts it).
   void disown_free_segments(std::vector<segment*>* out);
 
   // Record another stream that uses allocated block `b` (Tensor.record_stream).
@@ -63,6 +67,7 @@ class stream_pool {
   void erase_free(block* b);
   void release_to_free_list(block* b, bool stream_alive);
   void absorb(block* left, block* right);
+  void disown(segment* s);
   void link(segment* s);
   void unlink(segment* s);
   status validate_segment(const segment* s, stat_table* seen) const;
