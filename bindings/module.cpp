@@ -79,21 +79,29 @@ const char* c_text(const std::string& text, const char* what) {
 
 // ---- Calls on the default instance ------------------------------------------------------------------
 
-// Runs `call(tp)` on the default instance with the GIL released, and raises on failure. Released so
-// that a thread waiting on the device or on tracepool's locks never stalls Python, and so that the
+// Runs `call()` (returning a status) with the GIL released, and raises on failure. Released so that a
+// thread waiting on the device, on tracepool's locks or on a file never stalls Python, and so that the
 // frame provider reads this thread's frames exactly as it does under a PyTorch op. Released and
 // re-taken by hand rather than by gil_scoped_release: while the interpreter finalises, a daemon
 // thread that re-takes the GIL exits by forced unwinding, and that terminates the process when it
 // passes through a destructor (which is noexcept).
 template <typename Call>
-void call_default(Call&& call) {
+void call_without_gil(Call&& call) {
   PyThreadState* saved = PyEval_SaveThread();
-  tracepool_t* tp = tracepool_default();  // the first call creates it, possibly initialising CUDA
-  const int status = tp != nullptr ? call(tp) : TRACEPOOL_ERR_UNAVAILABLE;
+  const int status = call();
   // Thread-local, and valid until this thread's next tracepool call: none happens before the raise.
   const char* message = status != TRACEPOOL_OK ? tracepool_last_error() : nullptr;
   PyEval_RestoreThread(saved);
   if (status != TRACEPOOL_OK) raise_status(status, message);
+}
+
+// Runs `call(tp)` on the default instance, as call_without_gil.
+template <typename Call>
+void call_default(Call&& call) {
+  call_without_gil([&] {
+    tracepool_t* tp = tracepool_default();  // the first call creates it, possibly initialising CUDA
+    return tp != nullptr ? call(tp) : TRACEPOOL_ERR_UNAVAILABLE;
+  });
 }
 
 std::string take_string(char* text) {
@@ -235,6 +243,17 @@ PYBIND11_MODULE(_tracepool, m) {
   check(python_frames_install());
   // Before Python finalises, so that no thread reads interpreter state while it is torn down.
   py::module_::import("atexit").attr("register")(py::cpp_function([] { python_frames_shutdown(); }));
+  // TRACEPOOL_REPORT from Python's exit, not only C's: after an uncaught KeyboardInterrupt CPython
+  // finalises and then kills itself with SIGINT, so C's atexit handlers never run. Registered after
+  // the shutdown above so that it runs first (atexit runs the last registered first), while Python
+  // frames can still be described; and before finalisation, so what module globals still hold is
+  // reported as leaked. The library writes the report once: its own atexit handler then does nothing.
+  // A failure is printed by the library, as at a C exit.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    PyThreadState* saved = PyEval_SaveThread();  // daemon threads may still allocate meanwhile
+    tracepool_write_exit_report();
+    PyEval_RestoreThread(saved);
+  }));
 
   m.def("library_path", &library_path, "The path of the libtracepool.so this process uses.");
   m.def(
@@ -322,7 +341,21 @@ PYBIND11_MODULE(_tracepool, m) {
         call_default([&](tracepool_t* tp) { return tracepool_write_report(tp, where, fmt); });
       },
       py::arg("path"), py::arg("format") = py::none(),
-      "Writes the report to a file (replaced atomically) or 'stderr'; format None: JSON for *.json, else text.");
+      "Writes the report to a file (replaced atomically), 'stderr', a descriptor, a device or a FIFO; format "
+      "None: JSON for *.json, else text.");
+  m.def(
+      "write_file",
+      [](const std::string& path, const py::bytes& data) {
+        const char* where = c_text(path, "path");
+        char* bytes = nullptr;
+        Py_ssize_t size = 0;
+        if (PyBytes_AsStringAndSize(data.ptr(), &bytes, &size) != 0) throw py::error_already_set();
+        // `data` is immutable and referenced by the caller until this returns: read without the GIL.
+        call_without_gil([&] { return tracepool_write_file(where, bytes, static_cast<size_t>(size)); });
+      },
+      py::arg("path"), py::arg("data"),
+      "Writes bytes where a report may go: a new or regular file replaced atomically, a character "
+      "device, a FIFO, /dev/stdout, /dev/stderr or /dev/fd/N written straight; anything else refused.");
   m.def(
       "snapshot_json",
       [] {

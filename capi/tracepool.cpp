@@ -148,18 +148,30 @@ status copy_out(const std::string& text, char** out) {
   return status::ok;
 }
 
-// TRACEPOOL_REPORT: the default instance's report, written when the process exits.
-void write_exit_report() {
+// Set by the first writer of the TRACEPOOL_REPORT exit report: tracepool_write_exit_report (a host
+// whose exit skips C's atexit handlers, as CPython's after Ctrl-C) or the atexit handler, whichever
+// runs first; the other then does nothing. Set before the write, so two threads never both write. A
+// forked child inherits it: forked after its parent wrote the report, it writes none; forked before,
+// it writes its own when it exits (to the same path, as every process with TRACEPOOL_REPORT does).
+std::atomic<bool> exit_report_taken{false};
+
+// TRACEPOOL_REPORT: the default instance's report ("exit"), at most once per process. A failure is
+// printed, since at exit no caller is left to read a status.
+int write_exit_report_once() {
   const char* path = std::getenv("TRACEPOOL_REPORT");
-  tracepool_t* tp = tracepool_default();
-  if (path == nullptr || *path == '\0' || tp == nullptr) return;
+  tracepool_t* tp = default_instance.load(std::memory_order_acquire);
+  if (path == nullptr || *path == '\0' || tp == nullptr) return TRACEPOOL_OK;
+  if (exit_report_taken.exchange(true)) return TRACEPOOL_OK;
   const int rc = guarded("report at exit", [&] {
     core::report r;
     if (status s = tp->impl->make_report("exit", &r); s != status::ok) return s;
     return core::write_report_to(r, path, nullptr);
   });
   if (rc != TRACEPOOL_OK) std::fprintf(stderr, "tracepool: TRACEPOOL_REPORT=%s: %s\n", path, tracepool::last_error());
+  return rc;
 }
+
+void write_exit_report() { write_exit_report_once(); }
 
 }  // namespace
 
@@ -391,6 +403,12 @@ int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* fo
     return tp->impl->write_oom_report(path, format);
   });
 }
+
+int tracepool_write_file(const char* path, const void* data, size_t size) {
+  return guarded("tracepool_write_file", [&] { return core::write_file_to(path, data, size); });
+}
+
+int tracepool_write_exit_report(void) { return write_exit_report_once(); }
 
 const char* tracepool_status_string(int s) {
   switch (s) {

@@ -1,6 +1,7 @@
 // report.h: what a report says, as data (docs/report-schema.md), and the ways out: JSON, text, a
-// file written atomically, stderr. Built from an allocator with no allocator lock held across the
-// build: pools are copied one at a time, then everything is aggregated and symbolized.
+// file written atomically, a descriptor, a device or a FIFO. Built from an allocator with no
+// allocator lock held across the build: pools are copied one at a time, then everything is
+// aggregated and symbolized.
 #pragma once
 
 #include <cstdint>
@@ -100,11 +101,15 @@ std::string to_text(const report& r, size_t top_sites = 10);
 // The few lines added to an out-of-memory message: largest free block, cached bytes, top sites.
 std::string oom_summary(const report& r, int device);
 
-// path "stderr" prints there; otherwise a temporary file next to `path` is written, flushed and
-// renamed over it (so a reader never sees half a report, and a symlink planted at `path` is
-// replaced, not followed). format: "json" | "text" | nullptr or "" (by extension: .json is JSON).
+// Writes the report to `path` (report_file.cpp, Note [Report paths]): "stderr", /dev/stdout,
+// /dev/stderr, /dev/fd/N and /proc/self/fd/N go straight into that descriptor; a new path or a
+// regular file is replaced atomically (a reader never sees half a report, a killed writer leaves no
+// temporary file); a character device or a FIFO is written in place (a FIFO without a reader is an
+// error); anything else, a symbolic link included, is refused and left alone.
+// format: "json" | "text" | nullptr or "" (by extension: .json is JSON).
 status write_report_to(const report& r, const char* path, const char* format);
-status write_file_atomically(const std::string& path, const std::string& content);
+// The same for any bytes (tracepool_write_file). data may be NULL when size is 0.
+status write_file_to(const char* path, const void* data, size_t size);
 
 std::string human_bytes(int64_t bytes);
 

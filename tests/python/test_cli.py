@@ -212,6 +212,149 @@ def test_report_refuses_what_is_not_a_report(tmp_path, content, message):
     assert message in done.stderr and len(done.stderr.splitlines()) == 1
 
 
+def _bad_body(change):
+    """A valid report with `change` applied to it, as JSON text."""
+    site = {"site": 1, "bytes": 1024, "blocks": 1, "peak_bytes": 1024, "total_bytes": 1024, "tags": ["t"],
+            "live_at_marks": [1024], "growing": False,
+            "frames": [python("leak", "a.py", 3), native("main", "a.c", 9)]}
+    report = {"schema": "tracepool.report/1", "reason": "exit", "backend": "host", "time_ns": 1,
+              "capture": {"mode": "all", "unwinder": "cfi", "depth": 32, "sample_bytes": 0, "cfi_last_slow": None},
+              "stats": {"0": {"allocated_bytes.all.current": 1024}},
+              "devices": [{"device": 0, "cached_bytes": 0, "largest_free_block": 0}],
+              "leaks": [site], "retained": [dict(site, born_after_mark=None, marks_survived=1)], "cached": [],
+              "marks": [{"label": "epoch 0", "time_ns": 1, "live_bytes": 1024}]}
+    assert _text.render(report)  # unchanged, it renders
+    change(report)
+    return json.dumps(report)
+
+
+def _set(path, value):
+    """A change that sets report[path[0]][path[1]]... to value."""
+
+    def change(report):
+        where = report
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = value
+
+    return change
+
+
+DEEP = '{"schema": "tracepool.report/1", "leaks": ' + "[" * 100000 + "]" * 100000 + "}"
+NOT_A_COUNT = "must be a non-negative integer, not "
+FRAME = ["leaks", 0, "frames"]
+# name: (a change to a valid report, or the whole text; what the one line says)
+BAD_BODIES = {
+    "leaks a string": (_set(["leaks"], "x"), 'leaks must be a list, not "x"'),
+    "stats null": (_set(["stats"], None), "stats must be an object, not null"),
+    "bytes a string": (_set(["leaks", 0, "bytes"], "1024"), 'leaks[0].bytes %s"1024"' % NOT_A_COUNT),
+    "negative bytes": (_set(["leaks", 0, "bytes"], -1), "leaks[0].bytes %s-1" % NOT_A_COUNT),
+    "bool as bytes": (_set(["leaks", 0, "bytes"], True), "leaks[0].bytes %strue" % NOT_A_COUNT),
+    "float blocks": (_set(["leaks", 0, "blocks"], 1.5), "leaks[0].blocks %s1.5" % NOT_A_COUNT),
+    "frame not an object": (_set(FRAME + [1], "main"), 'leaks[0].frames[1] must be an object, not "main"'),
+    "line a string": (_set(FRAME + [0, "line"], "x"),
+                      'leaks[0].frames[0].line must be a non-negative integer or null, not "x"'),
+    "file a number": (_set(FRAME + [1, "file"], 7), "leaks[0].frames[1].file must be a string or null, not 7"),
+    "marks not a list": (_set(["marks"], {}), "marks must be a list, not an object"),
+    "tag a number": (_set(["leaks", 0, "tags"], [3]), "leaks[0].tags[0] must be a string, not 3"),
+    "negative mark": (_set(["leaks", 0, "live_at_marks"], [-5]), "leaks[0].live_at_marks[0] %s-5" % NOT_A_COUNT),
+    "device missing": (_set(["devices"], [{}]), 'devices[0] has no "device" field'),
+    "stat a string": (_set(["stats", "0", "allocated_bytes.all.current"], "1"),
+                      'stats["0"]["allocated_bytes.all.current"] %s"1"' % NOT_A_COUNT),
+    "capture a list": (_set(["capture"], []), "capture must be an object, not a list"),
+    "cfi_last_slow a number": (_set(["capture", "cfi_last_slow"], 1),
+                               "capture.cfi_last_slow must be an object or null, not 1"),
+    "born_after_mark a number": (_set(["retained", 0, "born_after_mark"], 3),
+                                 "retained[0].born_after_mark must be a string or null, not 3"),
+    "oom message a number": (_set(["oom"], {"device": 0, "requested_bytes": 1, "message": 5}),
+                             "oom.message must be a string, not 5"),
+    "no leaks": (lambda r: r.pop("leaks"), 'the report has no "leaks" field'),
+    "deep unknown field": (_set(["x"], json.loads("[" * 200 + "]" * 200)), "is nested more than 64 levels deep"),
+    "deep nesting": (DEEP, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_BODIES))
+def test_report_refuses_a_bad_body_in_one_line_naming_its_json_path(tmp_path, name):
+    body, message = BAD_BODIES[name]
+    path = tmp_path / "r.json"
+    path.write_text(body if isinstance(body, str) else _bad_body(body))
+    done = tracepool_cli("report", path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("tracepool: report: %s" % path), line
+    assert message in line, line
+
+
+def test_report_renders_real_reports_of_every_kind(tmp_path):
+    """Reports tracepool itself wrote (live sites, retained blocks, marks, cached memory, an
+    out-of-memory error, Python and native frames) pass the check and render as run renders them."""
+    program = textwrap.dedent("""
+        import ctypes, sys, tracepool
+        kept = []
+        with tracepool.tag("t"):
+            for i in range(3):
+                kept.append(tracepool.alloc(1 << 20))
+                tracepool.free(tracepool.alloc(3 << 20))
+                tracepool.mark("epoch %d" % i)
+        tracepool.write_report(sys.argv[1] + "/demand.json")
+        try:
+            tracepool.alloc(1 << 40)
+        except tracepool.OutOfMemoryError:
+            pass
+        lib = ctypes.CDLL(tracepool.library_path())
+        lib.tracepool_default.restype = ctypes.c_void_p
+        lib.tracepool_write_oom_report.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+        assert lib.tracepool_write_oom_report(lib.tracepool_default(), (sys.argv[1] + "/oom.json").encode(), None) == 0
+        """)
+    for capture in ("native", "all"):
+        env = dict(os.environ, TRACEPOOL_CONF="backend:host,oom_report:off,host_capacity:64MiB,capture:" + capture)
+        done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        for name in ("demand.json", "oom.json"):
+            path = tmp_path / name
+            rendered = tracepool_cli("report", path)
+            assert rendered.returncode == 0, (capture, name, rendered.stderr)
+            assert rendered.stdout == _text.render(json.loads(path.read_text()))
+        assert "Out of memory: " in tracepool_cli("report", tmp_path / "oom.json").stdout
+
+
+def test_output_to_dev_stderr_writes_the_report_there(leaker):
+    done = tracepool_cli("run", "-o", "/dev/stderr", leaker)
+    assert done.returncode == 0, done.stderr
+    assert "at leak (%s:%d)" % (leaker, line_of(leaker, "# LEAK")) in section(done.stderr, "Leaked:")
+    assert os.path.islink("/dev/stderr")
+
+
+@pytest.mark.parametrize("where", ["missing/dir/r.json", "a_directory"])
+def test_output_that_cannot_be_written_is_one_line_and_a_nonzero_status(tmp_path, where):
+    script = tmp_path / "quiet.py"
+    script.write_text("import tracepool\nkept = tracepool.alloc(4096)\n")
+    (tmp_path / "a_directory").mkdir()
+    before = sorted(os.listdir(tmp_path))
+    done = tracepool_cli("run", "-o", tmp_path / where, script)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("tracepool: report not written: ") and str(tmp_path / where) in line, line
+    assert sorted(os.listdir(tmp_path)) == before, "nothing left beside the report's path"
+
+
+def test_output_never_follows_a_link_planted_at_the_old_temporary_name(tmp_path):
+    """The command line used to write "<output>.tmp<pid>" and rename it: a link planted there (the
+    program runs in the same process, so it knows the pid) redirected the write to its target."""
+    out, victim = tmp_path / "r.json", tmp_path / "victim"
+    victim.write_text("keep me")
+    script = tmp_path / "plant.py"
+    script.write_text("import os\nos.symlink(%r, %r + '.tmp%%d' %% os.getpid())\n" % (str(victim), str(out)))
+    done = tracepool_cli("run", "-o", out, script)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "keep me"
+    assert json.loads(out.read_text())["schema"] == "tracepool.report/1"
+
+
 def test_run_refuses_a_missing_script_or_module_and_a_bad_conf(leaker, tmp_path):
     for args in (
         ["run", tmp_path / "missing.py"],

@@ -173,6 +173,24 @@ def test_dump_snapshot_writes_protocol_4_with_the_viewers_opcodes_only(blocks, t
     assert sorted(os.listdir(tmp_path)) == ["snapshot.pickle"]  # no temporary file left behind
 
 
+def test_dump_snapshot_never_follows_a_link_planted_at_the_old_temporary_name(blocks, tmp_path):
+    """It used to write "<path>.tmp<pid>" and rename it: a link planted there redirected the pickle."""
+    path, victim = tmp_path / "snapshot.pickle", tmp_path / "victim"
+    victim.write_text("keep me")
+    planted = tmp_path / ("snapshot.pickle.tmp%d" % os.getpid())
+    planted.symlink_to(victim)
+    tracepool.torch.dump_snapshot(path)
+    assert victim.read_text() == "keep me"
+    assert planted.is_symlink()
+    assert pickle.loads(path.read_bytes())["segments"]
+
+
+def test_dump_snapshot_refuses_a_directory_with_a_tracepool_error(tmp_path):
+    with pytest.raises(tracepool.InvalidArgumentError, match="is a directory"):
+        tracepool.torch.dump_snapshot(tmp_path)
+    assert os.listdir(tmp_path) == []
+
+
 def test_checker_catches_what_the_viewer_rejects():
     seg = {"device": 0, "address": 4096, "total_size": 2048, "allocated_size": 0, "stream": 0,
            "segment_pool_id": (0, 0), "frames": [],

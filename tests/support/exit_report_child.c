@@ -1,9 +1,16 @@
-/* exit_report_child.c: a separate process for the at-exit report test. It leaks known blocks from
- * child_leak() and exits; TRACEPOOL_REPORT (set by the test) makes tracepool write the report. */
+/* exit_report_child.c: a separate process for the at-exit report tests. It leaks known blocks from
+ * child_leak() and exits; TRACEPOOL_REPORT (set by the test) makes tracepool write the report.
+ *
+ * TRACEPOOL_CHILD_SITES=N also leaks one small block under each of N distinct long tags (a site is a
+ * stack plus its tags), so that the exit report is megabytes long and its write takes a while, and
+ * writes "exiting\n" to fd 1 just before main returns: the kill tests kill the process from then on.
+ * TRACEPOOL_CHILD_EARLY=1 writes the exit report with tracepool_write_exit_report() before leaking
+ * one more block from late_leak(): the report must not be written again at exit. */
 #include <stdio.h>
 #include <stdlib.h>
-
+#include <string.h>
 #include <tracepool/tracepool.h>
+#include <unistd.h>
 
 __attribute__((noinline)) static void child_leak(tracepool_t* tp, size_t bytes) {
   void* p = NULL;
@@ -14,6 +21,25 @@ __attribute__((noinline)) static void child_leak(tracepool_t* tp, size_t bytes) 
   __asm__ volatile("" ::: "memory");
 }
 
+__attribute__((noinline)) static void late_leak(tracepool_t* tp) {
+  child_leak(tp, 4096);
+  __asm__ volatile("" ::: "memory");
+}
+
+static int leak_under_tags(tracepool_t* tp, long sites) {
+  char label[201];
+  memset(label, 'x', sizeof label - 1);
+  label[sizeof label - 1] = '\0';
+  for (long i = 0; i < sites; ++i) {
+    snprintf(label, 24, "site %ld ", i); /* the rest of the label stays 'x': every tag is 200 bytes */
+    label[strlen(label)] = 'x';
+    if (tracepool_tag_push(label) != TRACEPOOL_OK) return -1;
+    child_leak(tp, 512);
+    if (tracepool_tag_pop() != TRACEPOOL_OK) return -1;
+  }
+  return 0;
+}
+
 int main(void) {
   tracepool_t* tp = tracepool_default();
   if (tp == NULL) {
@@ -22,5 +48,17 @@ int main(void) {
   }
   for (int i = 0; i < 7; ++i) child_leak(tp, 12345);
   if (tracepool_mark(tp, "before exit") != TRACEPOOL_OK) return 2;
+  if (getenv("TRACEPOOL_CHILD_EARLY") != NULL) {
+    if (tracepool_write_exit_report() != TRACEPOOL_OK) return 2;
+    late_leak(tp);
+  }
+  const char* sites = getenv("TRACEPOOL_CHILD_SITES");
+  if (sites != NULL) {
+    if (leak_under_tags(tp, atol(sites)) != 0) {
+      fprintf(stderr, "child: tags: %s\n", tracepool_last_error());
+      return 2;
+    }
+    if (write(1, "exiting\n", 8) != 8) return 2;
+  }
   return 0; /* the report is written by tracepool's exit handler */
 }

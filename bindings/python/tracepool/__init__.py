@@ -40,6 +40,7 @@ __all__ = [
     "report",
     "stats",
     "tag",
+    "write_file",
     "write_report",
 ]
 
@@ -125,11 +126,23 @@ def report(format: str = "json") -> str:
 
 
 def write_report(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None = None) -> None:
-    """Writes the report to ``path`` (replaced atomically) or to ``"stderr"``.
+    """Writes the report to ``path``.
 
-    ``format`` is ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``.
+    A new path or a regular file is replaced atomically (no reader sees half a report, no temporary
+    file is left behind); ``"stderr"``, ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written
+    straight into that descriptor, a character device or a FIFO in place; anything else (a directory,
+    a socket, a symbolic link) raises :class:`InvalidArgumentError` and is left alone. ``format`` is
+    ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``.
     """
     _tracepool.write_report(os.fsencode(path), format)  # bytes: any file name the OS allows
+
+
+def write_file(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], data: bytes) -> None:
+    """Writes ``data`` to ``path`` where and as :func:`write_report` writes a report.
+
+    Raises :class:`Error` (:class:`InvalidArgumentError` for a path it refuses or cannot write).
+    """
+    _tracepool.write_file(os.fsencode(path), bytes(data))
 
 
 def leaks() -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import runpy
 import sys
 import traceback
 
-from . import _text
+from . import _report_check, _text
 
 SCHEMA = "tracepool.report/1"
 USAGE_ERROR = 2
@@ -177,13 +177,6 @@ def _split_run_argv(argv):
     return argv, []
 
 
-def _write_atomically(path, text):
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _install(options):
     """Makes tracepool the allocator the program will use. Returns None, or raises UsageError."""
     import tracepool
@@ -272,9 +265,10 @@ def _report_at_end(options):
         sys.stderr.flush()
         return 0
     try:
-        _write_atomically(options.output, text)
-    except OSError as e:
-        print("tracepool: cannot write the report to %s: %s" % (options.output, e.strerror or e), file=sys.stderr)
+        # As the library writes its own reports: atomically, or straight into a device or a FIFO.
+        tracepool.write_file(options.output, text.encode("utf-8", "backslashreplace"))
+    except tracepool.Error as e:
+        print("tracepool: report not written: %s" % e, file=sys.stderr)
         return 1
     print("tracepool: report written to %s" % options.output, file=sys.stderr)
     return 0
@@ -316,6 +310,8 @@ def load_report(path):
         raise UsageError("report: %s is not a tracepool report (not text)" % path) from None
     try:
         report = json.loads(text)
+    except RecursionError:
+        raise UsageError("report: %s is not a tracepool report (JSON nested too deeply)" % path) from None
     except ValueError as e:
         raise UsageError("report: %s is not a tracepool report (not JSON: %s)" % (path, e)) from None
     schema = report.get("schema") if isinstance(report, dict) else None
@@ -323,6 +319,9 @@ def load_report(path):
         if isinstance(schema, str) and schema.startswith("tracepool.report/"):
             raise UsageError("report: %s has schema %s; this tracepool reads %s" % (path, schema, SCHEMA))
         raise UsageError('report: %s is not a tracepool report (no "schema": "%s")' % (path, SCHEMA))
+    problem = _report_check.problem(report)  # before rendering: the renderer trusts every type it reads
+    if problem is not None:
+        raise UsageError("report: %s: %s" % (path, problem))
     return report
 
 

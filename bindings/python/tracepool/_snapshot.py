@@ -17,6 +17,8 @@ import os
 import pickle
 from typing import Any
 
+from . import _tracepool
+
 PICKLE_PROTOCOL = 4
 
 # The opcodes MemoryViz.js's unpickle() handles (pickletools names).
@@ -108,14 +110,6 @@ def dumps(snapshot: dict[str, Any]) -> bytes:
 
 
 def dump(snapshot: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """Writes the pickle to ``path`` through a temporary file beside it, renamed into place."""
-    path = os.fspath(path)
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    try:
-        with open(tmp, "wb") as f:
-            f.write(dumps(snapshot))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Writes the pickle to ``path`` as tracepool writes its reports (``tracepool.write_file``):
+    a file replaced atomically, or a device or FIFO written straight; raises ``tracepool.Error``."""
+    _tracepool.write_file(os.fsencode(path), dumps(snapshot))

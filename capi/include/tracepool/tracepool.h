@@ -138,8 +138,16 @@ TRACEPOOL_API int tracepool_tag_pop(void);
  * site's live bytes at every mark, flag sites whose live bytes keep growing across marks, and list
  * retained blocks: born before a mark and still alive after it and every later one. */
 TRACEPOOL_API int tracepool_mark(tracepool_t* tp, const char* label);
-/* Writes a report of the memory held now. path: a file, replaced atomically (a temporary file in
- * the same directory, then rename: a symlink at `path` is replaced, never followed), or "stderr".
+/* Writes a report of the memory held now. path:
+ *   - "stderr", "/dev/stdout", "/dev/stderr", "/dev/fd/N", "/proc/self/fd/N": written straight into
+ *     that file descriptor (which must be open for writing); the path is never opened or replaced;
+ *   - a new path or a regular file: replaced atomically. The report is written to an unnamed file in
+ *     the same directory (O_TMPFILE, else a randomly named one), flushed, then put in place: a reader
+ *     never sees half a report, and a process killed while writing leaves no temporary file;
+ *   - a character device (/dev/null) or a FIFO: written in place; a FIFO that no process is reading
+ *     is an error, not a wait;
+ *   - anything else (a directory, a socket, a block device, a symbolic link) is refused with
+ *     TRACEPOOL_ERR_INVALID_ARGUMENT and left untouched: a link is neither followed nor replaced.
  * format: "json", "text", or NULL (JSON if path ends in ".json", text otherwise). */
 TRACEPOOL_API int tracepool_write_report(tracepool_t* tp, const char* path, const char* format);
 /* Writes the report made when an allocation of `tp` last failed with TRACEPOOL_ERR_OOM (that
@@ -207,6 +215,21 @@ TRACEPOOL_API int tracepool_add_bindings_module(const void* address);
  * replaces). Fails with TRACEPOOL_ERR_INVALID_ARGUMENT once the default instance exists with a
  * different configuration text, and with TRACEPOOL_ERR_BAD_CONFIG for a bad text. */
 TRACEPOOL_API int tracepool_configure_default(const char* conf);
+
+/* ---- Files and the exit report ------------------------------------------------------------ */
+/* Writes `size` bytes to `path` with the rules of tracepool_write_report (regular files and new paths
+ * replaced atomically; character devices, FIFOs, /dev/stdout, /dev/stderr, /dev/fd/N written
+ * straight; anything else refused). `data` may be NULL when size is 0. Needs no instance: hosts use it
+ * for their own outputs (tracepool's Python command line and snapshots do). */
+TRACEPOOL_API int tracepool_write_file(const char* path, const void* data, size_t size);
+/* Writes the TRACEPOOL_REPORT report of tracepool_default() now (reason "exit") if TRACEPOOL_REPORT is
+ * set and the default instance exists; otherwise does nothing and returns TRACEPOOL_OK. At most once
+ * per process: later calls, and the atexit handler that writes it at a normal exit, then do nothing.
+ * For hosts whose exit skips C's atexit handlers (CPython ends by raising SIGINT again after
+ * Ctrl-C): call it from the host's own exit hook. A failure is also printed to stderr. A process
+ * forked before the report was written writes its own at its exit; one forked after writes none.
+ * Memory freed afterwards is freed normally and is simply not in the report. */
+TRACEPOOL_API int tracepool_write_exit_report(void);
 
 /* ---- Errors --------------------------------------------------------------------------------- */
 TRACEPOOL_API const char* tracepool_status_string(int status); /* "TRACEPOOL_ERR_OOM: out of memory" */
