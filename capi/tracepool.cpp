@@ -14,6 +14,7 @@
 
 #include "allocator.h"
 #include "config.h"
+#include "fork_guard.h"
 #include "report/report.h"
 #include "status.h"
 #include "trace/script_frames.h"
@@ -111,7 +112,12 @@ struct default_state {
   std::string failure;      // why creation failed
 };
 default_state& default_slot() {
-  static default_state* d = new default_state;
+  static default_state* d = [] {
+    auto* made = new default_state;
+    // Held while the instance is made, so taken before fork() like every tracepool lock (Note [Fork]).
+    core::register_fork_lock(&made->mutex);
+    return made;
+  }();
   return *d;
 }
 std::atomic<tracepool_t*> default_instance{nullptr};

@@ -52,9 +52,29 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
       print_oom_report_(cfg.oom_report) {
   for (int d = 0; d < backend_->device_count(); ++d)
     devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate));
+  register_fork_participant(this);
 }
 
-allocator::~allocator() = default;
+allocator::~allocator() { unregister_fork_participant(this); }
+
+void allocator::lock_for_fork() {
+  tracer_->lock_for_fork();
+  oom_mutex_.lock();
+  live_.lock_all();
+  for (auto& dev : devices_) dev->lock_for_fork();
+  backend_->lock_for_fork();
+}
+
+void allocator::unlock_after_fork(bool child) {
+  // In the child, with everything still locked: a backend the child cannot use (CUDA) takes its
+  // device work with it, so that frees of inherited blocks wait for nothing.
+  const bool forget = child && !backend_->usable_in_child();
+  backend_->unlock_after_fork();
+  for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) (*it)->unlock_after_fork(forget);
+  live_.unlock_all();
+  oom_mutex_.unlock();
+  tracer_->unlock_after_fork();
+}
 
 status allocator::check_device(int device) const {
   if (device >= 0 && device < device_count()) return status::ok;

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "config.h"
 #include "device_cache.h"
+#include "fork_guard.h"
 #include "pointer_map.h"
 #include "trace/tracer.h"
 
@@ -22,7 +23,7 @@ namespace tracepool::core {
 
 struct report;
 
-class allocator {
+class allocator final : public fork_participant {
  public:
   static status create(const config& cfg, std::unique_ptr<allocator>* out);
   ~allocator();
@@ -51,6 +52,13 @@ class allocator {
   int device_count() const { return static_cast<int>(devices_.size()); }
   backend::backend& device_backend() { return *backend_; }
   size_t live_blocks() { return live_.size(); }
+
+  // Note [Fork] in fork_guard.h. Order: the call-site table's and the marks' locks (never nested with
+  // the rest), the OOM report's, the pointer map's shards, then each device (its pools, then its
+  // device lock), then the backend's: record_stream nests a shard over a pool lock, a pool lock is
+  // held over the device lock and over backend calls, and nothing nests the other way.
+  void lock_for_fork() override;
+  void unlock_after_fork(bool child) override;
 
  private:
   allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr);

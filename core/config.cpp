@@ -53,6 +53,10 @@ status apply(const std::string& key, const std::string& value, config* c) {
   } else if (key == "fail_alloc") {
     int k = 0;
     if (!parse_int(value, 0, 1 << 30, &k)) return bad_value(key, value, "a call number (1 = the first; 0 = never)");
+    c->host.fail_alloc = static_cast<size_t>(k);
+  } else if (key == "fail_call") {
+    int k = 0;
+    if (!parse_int(value, 0, 1 << 30, &k)) return bad_value(key, value, "a call number (1 = the first; 0 = never)");
     c->host.fail_call = static_cast<size_t>(k);
   } else if (key == "fail_above") {
     if (!parse_bytes(value, &c->host.fail_above)) return bad_value(key, value, bytes);
@@ -116,6 +120,7 @@ bool parse_bytes(const std::string& text, size_t* out) {
 const char* config_help() {
   return "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
          "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
+         "fail_call (k: fail the k-th backend call of any kind, host only), "
          "fail_above (bytes: fail larger device allocations, host only), capture (off|native|python|all), python_depth (1-256), "
          "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
          "oom_report (stderr|off)";
@@ -136,9 +141,9 @@ status parse_config(const char* text, config* out) {
       return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is not key:value", item.c_str());
     if (status s = apply(trim(item.substr(0, colon)), trim(item.substr(colon + 1)), &c); s != status::ok) return s;
   }
-  const bool faults = c.host.fail_call != 0 || c.host.fail_above != 0;
+  const bool faults = c.host.fail_alloc != 0 || c.host.fail_call != 0 || c.host.fail_above != 0;
   if (faults && c.backend != backend_choice::host)
-    return fail(status::bad_config, "TRACEPOOL_CONF: fail_alloc and fail_above need backend:host");
+    return fail(status::bad_config, "TRACEPOOL_CONF: fail_alloc, fail_call and fail_above need backend:host");
   const backend::host_options defaults;
   if (c.backend == backend_choice::cuda && (c.host.devices != defaults.devices || c.host.capacity != defaults.capacity))
     return fail(status::bad_config, "TRACEPOOL_CONF: host_devices and host_capacity do not apply to backend:cuda");

@@ -30,7 +30,7 @@ enum class unwinder_choice { automatic, libunwind, cfi, boost };
 
 struct config {
   backend_choice backend = backend_choice::automatic;  // backend: auto | cuda | host
-  backend::host_options host;                          // host_devices, host_capacity, fail_alloc, fail_above
+  backend::host_options host;                          // host_devices, host_capacity, fail_alloc, fail_call, fail_above
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
 

@@ -306,6 +306,26 @@ bool device_cache::contains(const void* ptr) {
   return static_cast<const char*>(ptr) < it->second->ptr + it->second->size;
 }
 
+// Pools are only ever appended, so the locked ones are a prefix of pools_. A pool made while the
+// others were being locked is locked too before the device lock is kept.
+void device_cache::lock_for_fork() {
+  size_t locked = 0;
+  for (;;) {
+    const std::vector<stream_pool*> pools = pools_snapshot();
+    for (; locked < pools.size(); ++locked) pools[locked]->mutex().lock();
+    mutex_.lock();
+    if (pools_.size() == locked) return;
+    mutex_.unlock();
+  }
+}
+
+void device_cache::unlock_after_fork(bool forget_device_work) {
+  if (forget_device_work)
+    for (auto& p : pools_) p->forget_device_work();
+  mutex_.unlock();
+  for (size_t i = pools_.size(); i-- > 0;) pools_[i]->mutex().unlock();
+}
+
 // Every pool's invariants, and that the segments of all pools add up to the reserved bytes.
 status device_cache::validate() {
   for (stream_pool* pool : pools_snapshot()) {

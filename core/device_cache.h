@@ -48,6 +48,12 @@ class device_cache {
   bool contains(const void* ptr);
   status validate();
 
+  // Every pool's lock, then the device lock (their nesting order; Note [Fork] in fork_guard.h).
+  void lock_for_fork();
+  // In the reverse order. `forget_device_work`: in a child whose backend stays the parent's, pools
+  // stop waiting for device work first.
+  void unlock_after_fork(bool forget_device_work);
+
  private:
   status try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out);
   segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);

@@ -70,6 +70,14 @@ block* pointer_map::take(void* ptr) {
   return s.erase(ptr);
 }
 
+void pointer_map::lock_all() {
+  for (shard& s : shards_) s.guard.lock();
+}
+
+void pointer_map::unlock_all() {
+  for (shard& s : shards_) s.guard.unlock();
+}
+
 size_t pointer_map::size() {
   size_t n = 0;
   for (shard& s : shards_) {

@@ -33,6 +33,9 @@ class pointer_map {
     return true;
   }
   size_t size();
+  // Every shard, in index order (Note [Fork] in fork_guard.h).
+  void lock_all();
+  void unlock_all();
 
  private:
   struct slot {

@@ -110,6 +110,17 @@ void stream_pool::process_pending(bool wait, bool stream_alive) {
   for (block* b : ready) release_to_free_list(b, stream_alive);
 }
 
+void stream_pool::forget_device_work() {
+  std::vector<block*> ready;
+  reuse_.forget_device_work(&ready);
+  for (block* b : ready) release_to_free_list(b, /*stream_alive=*/false);
+  for (segment* s = segments_; s != nullptr; s = s->pool_next)
+    for (block* b = s->first; b != nullptr; b = b->next) {
+      delete b->stream_uses;
+      b->stream_uses = nullptr;
+    }
+}
+
 // The end of a block's life as active memory: merge with free neighbours, back to the free list.
 void stream_pool::release_to_free_list(block* b, bool stream_alive) {
   const pool_kind kind = b->seg->kind;

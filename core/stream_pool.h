@@ -38,6 +38,9 @@ class stream_pool {
   // `stream_alive`: the caller is allocating on this pool's stream (see stream_reuse::on_free).
   void process_pending(bool wait, bool stream_alive);
   bool has_pending() const { return reuse_.has_pending(); }
+  // In a forked child that cannot use its parent's device state (Note [Fork]): pending frees finish
+  // and record_stream uses are forgotten, with no backend call.
+  void forget_device_work();
   // Adds a segment that is free as a whole (new from the device, or moved from another pool).
   void adopt(segment* s);
   // Takes back a segment this pool disowned for release when the backend refused it; its last use

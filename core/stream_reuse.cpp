@@ -64,6 +64,13 @@ status stream_reuse::defer_free(block* b) {
   return status::ok;
 }
 
+void stream_reuse::forget_device_work(std::vector<block*>* ready) {
+  for (pending_block& p : pending_) ready->push_back(p.b);
+  pending_.clear();
+  fence_event_ = nullptr;
+  safe_seq_ = free_seq_;
+}
+
 void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait) {
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {

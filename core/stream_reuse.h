@@ -52,6 +52,11 @@ class stream_reuse {
   // Moves the blocks whose events have all completed into `ready`; blocks until then if `wait`.
   void collect_ready(std::vector<block*>* ready, bool wait);
 
+  // In a forked child whose backend is the parent's (Note [Fork]): the child can neither see nor
+  // wait for device work, so every pending block goes into `ready`, every free counts as complete,
+  // and events are dropped without touching the backend.
+  void forget_device_work(std::vector<block*>* ready);
+
 
  private:
   struct pending_block {

@@ -49,6 +49,15 @@ class backend {
   // Gives the event back to the pool; it must not be used again.
   virtual void return_event(int device, event_handle event) noexcept = 0;
 
+  // ---- fork() (Note [Fork] in fork_guard.h) ----
+  // Takes the backend's own locks before fork(); releases them after it, in parent and child.
+  virtual void lock_for_fork() noexcept {}
+  virtual void unlock_after_fork() noexcept {}
+  // In a forked child, with every lock held: whether the child may go on using what this backend
+  // set up in the parent. One that says no fails every later call with status::unavailable, saying
+  // why, and return_event does nothing.
+  virtual bool usable_in_child() noexcept { return true; }
+
   // ---- Support for tests and benchmarks; the allocator never calls these. ----
   virtual status create_stream(int device, stream_handle* out) noexcept = 0;
   virtual status destroy_stream(int device, stream_handle stream) noexcept = 0;
@@ -63,11 +72,27 @@ class backend {
 struct host_options {
   int devices = 1;
   size_t capacity = size_t{16} << 30;  // emulated bytes per device
-  size_t fail_call = 0;                 // fail the k-th allocate() call with out_of_memory (1-based; 0 = never)
+  size_t fail_alloc = 0;                // fail the k-th allocate() call with out_of_memory (1-based; 0 = never)
+  size_t fail_call = 0;                 // fail the k-th fallible call of any kind with backend_error (host_ledger)
   size_t fail_above = 0;                // fail every allocate() larger than this many bytes (0 = never)
 };
 
 std::unique_ptr<backend> make_host_backend(const host_options& options);
+
+// What a host backend has done, for tests. Fallible calls: allocate, release, event creation (inside
+// record_event, when its pool is empty), record_event, query_event, synchronize_event.
+struct host_ledger {
+  static constexpr int kinds = 6;
+  static constexpr const char* kind_names[kinds] = {"allocate",     "release",     "event creation",
+                                                    "record_event", "query_event", "synchronize_event"};
+  size_t calls = 0;               // fallible calls so far
+  size_t faults = 0;              // of them, failed by injection (fail_alloc, fail_call, fail_above)
+  size_t faults_by_kind[kinds] = {};  // fail_call's, by kind
+  size_t bytes_in_use = 0;  // allocated and not released, all devices
+  size_t events_out = 0;    // handed out by record_event and not yet returned
+};
+// The ledger of `be`; false if `be` is not a host backend.
+bool read_host_ledger(backend& be, host_ledger* out);
 
 // Loads libcuda.so.1 and initialises the driver. Returns status::unavailable (with the reason in
 // last_error()) where there is no driver or no device.

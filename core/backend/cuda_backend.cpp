@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -189,6 +190,7 @@ class cuda_backend final : public backend {
   ~cuda_backend() override {
     // At process exit the driver may be gone already (CUDA_ERROR_DEINITIALIZED), and the
     // events with it. Errors are ignored: there is nobody left to report them to.
+    if (forked_from_.load(std::memory_order_relaxed) != 0) return;  // the parent's events
     CUcontext previous = nullptr;
     if (api_.ctx_get_current(&previous) != CUDA_SUCCESS) return;
     for (int d = 0; d < count_; ++d) {
@@ -269,6 +271,7 @@ class cuda_backend final : public backend {
 
   void return_event(int device, event_handle event) noexcept override {
     if (!valid_device(device) || !event) return;  // no sane way to pool a foreign handle
+    if (forked_from_.load(std::memory_order_relaxed) != 0) return;  // the parent's event
     device_state& state = devices_[device];
     std::lock_guard<std::mutex> lock(state.mutex);
     try {
@@ -313,6 +316,20 @@ class cuda_backend final : public backend {
     });
   }
 
+  // Note [CUDA after fork]: the driver's state (contexts, memory, events) belongs to the process that
+  // initialised it; a forked child that touches it gets errors or worse (CUDA documents fork as
+  // unsupported once the driver is initialised). Every call in the child fails, saying so.
+  void lock_for_fork() noexcept override {
+    for (int d = 0; d < count_; ++d) devices_[d].mutex.lock();
+  }
+  void unlock_after_fork() noexcept override {
+    for (int d = count_; d-- > 0;) devices_[d].mutex.unlock();
+  }
+  bool usable_in_child() noexcept override {
+    forked_from_.store(static_cast<int>(getppid()), std::memory_order_relaxed);
+    return false;
+  }
+
   status release_hold(void* hold) noexcept override {
     if (!hold) return fail(status::invalid_argument, "release_hold: null hold");
     // The last touch: wait_for_gate may free the gate as soon as it sees it open.
@@ -341,6 +358,13 @@ class cuda_backend final : public backend {
   status with_context(int device, const char* call, Body&& body) noexcept {
     if (!valid_device(device)) {
       return fail(status::invalid_device, "%s: device %d is not in [0, %d)", call, device, count_);
+    }
+    if (int parent = forked_from_.load(std::memory_order_relaxed); parent != 0) {
+      return fail(status::unavailable,
+                  "%s on device %d: this process (pid %d) was forked from pid %d after tracepool had initialised "
+                  "CUDA there, and a forked child cannot use its parent's CUDA state: start worker processes with "
+                  "the 'spawn' or 'forkserver' method, or fork before CUDA is first used",
+                  call, device, static_cast<int>(getpid()), parent);
     }
     CUcontext context = nullptr;
     if (status s = primary_context(device, &context); s != status::ok) return s;
@@ -391,6 +415,7 @@ class cuda_backend final : public backend {
   const driver_api api_;
   const int count_;
   std::unique_ptr<device_state[]> devices_;
+  std::atomic<int> forked_from_{0};  // in a forked child: the parent's pid (Note [CUDA after fork])
 };
 
 }  // namespace

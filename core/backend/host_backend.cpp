@@ -4,14 +4,16 @@
 // emulate); each device has a fixed capacity. A stream is any handle value. Work never runs, it only
 // waits: an event completes as soon as no hold (hold_stream) placed on its stream before it is still
 // held, so a test decides exactly when a freed block's "last use" finishes. Recording an event on a
-// destroyed stream aborts, as a driver may crash there. Faults: fail the k-th
-// allocate() call, or every allocate() above n bytes, with out_of_memory.
+// destroyed stream aborts, as a driver may crash there. Faults: fail the k-th allocate() call, or
+// every allocate() above n bytes, with out_of_memory; or the k-th fallible call of any kind
+// (host_ledger) with backend_error, for the fault sweep.
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -54,12 +56,15 @@ class host_backend final : public backend {
   status allocate(int device, size_t size, void** out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    if (status s = injected(0); s != status::ok) return s;
     ++allocate_calls_;
-    if (options_.fail_call != 0 && allocate_calls_ == options_.fail_call)
-      return fail(status::out_of_memory, "host backend: injected failure of allocation call %zu", allocate_calls_);
-    if (options_.fail_above != 0 && size > options_.fail_above)
+    if (options_.fail_alloc != 0 && allocate_calls_ == options_.fail_alloc)
+      return injected_fault(status::out_of_memory, "allocation call", allocate_calls_);
+    if (options_.fail_above != 0 && size > options_.fail_above) {
+      ++ledger_.faults;
       return fail(status::out_of_memory, "host backend: injected failure of a %zu-byte allocation (fail_above:%zu)",
                   size, options_.fail_above);
+    }
     size_t& used = used_[static_cast<size_t>(device)];
     if (size > options_.capacity - used)
       return fail(status::out_of_memory, "host backend: device %d has %zu of %zu bytes free", device,
@@ -67,6 +72,7 @@ class host_backend final : public backend {
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return fail(status::out_of_memory, "host backend: mmap of %zu bytes failed", size);
     used += size;
+    ledger_.bytes_in_use += size;
     *out = p;
     return status::ok;
   }
@@ -74,8 +80,10 @@ class host_backend final : public backend {
   status release(int device, void* ptr, size_t size) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    if (status s = injected(1); s != status::ok) return s;
     munmap(ptr, size);
     used_[static_cast<size_t>(device)] -= size;
+    ledger_.bytes_in_use -= size;
     return status::ok;
   }
 
@@ -87,15 +95,19 @@ class host_backend final : public backend {
       std::fprintf(stderr, "host backend: event recorded on destroyed stream %p\n", stream);
       std::abort();
     }
-    host_event* e = nullptr;
-    if (!event_pool_.empty()) {
-      e = event_pool_.back();
-      event_pool_.pop_back();
-    } else {
-      e = new (std::nothrow) host_event();
-      if (e == nullptr) return fail(status::internal, "host backend: out of host memory for an event");
+    if (event_pool_.empty()) {  // event creation: a call of its own, as cuEventCreate is
+      if (status s = injected(2); s != status::ok) return s;
+      auto* created = new (std::nothrow) host_event();
+      if (created == nullptr || !push_event(created)) {
+        delete created;
+        return fail(status::internal, "host backend: out of host memory for an event");
+      }
     }
+    if (status s = injected(3); s != status::ok) return s;
+    host_event* e = event_pool_.back();
+    event_pool_.pop_back();
     *e = host_event{device, stream, holds_issued_[key(device, stream)]};
+    ++ledger_.events_out;
     *out = e;
     return status::ok;
   }
@@ -103,21 +115,26 @@ class host_backend final : public backend {
   status query_event(int device, event_handle event, bool* done) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    if (status s = injected(4); s != status::ok) return s;
     *done = complete(*static_cast<host_event*>(event));
     return status::ok;
   }
 
   // Nothing would ever release a hold while this thread waits, so waiting would hang: say so instead.
   status synchronize_event(int device, event_handle event) noexcept override {
-    bool done = false;
-    if (status s = query_event(device, event, &done); s != status::ok) return s;
-    if (!done) return fail(status::backend_error, "host backend: event waits on a held stream; waiting would hang");
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    if (status s = injected(5); s != status::ok) return s;
+    if (!complete(*static_cast<host_event*>(event)))
+      return fail(status::backend_error, "host backend: event waits on a held stream; waiting would hang");
     return status::ok;
   }
 
+  // The pool has room for every event ever created (push_event), so this cannot fail.
   void return_event(int, event_handle event) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     event_pool_.push_back(static_cast<host_event*>(event));
+    --ledger_.events_out;
   }
 
   status create_stream(int device, stream_handle* out) noexcept override {
@@ -161,6 +178,14 @@ class host_backend final : public backend {
     return status::ok;
   }
 
+ void lock_for_fork() noexcept override { mutex_.lock(); }
+  void unlock_after_fork() noexcept override { mutex_.unlock(); }
+
+  host_ledger ledger() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ledger_;
+  }
+
  private:
   using stream_key = std::pair<int, stream_handle>;
   static stream_key key(int device, stream_handle s) { return {device, s}; }
@@ -169,6 +194,30 @@ class host_backend final : public backend {
     if (device >= 0 && device < options_.devices) return status::ok;
     return fail(status::invalid_device, "host backend: device %d does not exist (%d emulated)", device,
                 options_.devices);
+  }
+
+  // Counts a fallible call and fails it if it is the one fail_call names. Caller holds mutex_.
+  status injected(int kind) {
+    ++ledger_.calls;
+    if (options_.fail_call == 0 || ledger_.calls != options_.fail_call) return status::ok;
+    ++ledger_.faults_by_kind[kind];
+    return injected_fault(status::backend_error, host_ledger::kind_names[kind], ledger_.calls);
+  }
+  status injected_fault(status s, const char* call, size_t k) {
+    ++ledger_.faults;
+    return fail(s, "host backend: injected failure of %s (call %zu)", call, k);
+  }
+
+  // A new event joins the pool, whose capacity is kept at the number of events that exist.
+  bool push_event(host_event* e) {
+    try {
+      event_pool_.reserve(++events_created_);
+    } catch (const std::bad_alloc&) {
+      --events_created_;
+      return false;
+    }
+    event_pool_.push_back(e);
+    return true;
   }
 
   // Complete when every hold issued on its stream before it was recorded has been released.
@@ -182,6 +231,8 @@ class host_backend final : public backend {
   std::mutex mutex_;
   std::vector<size_t> used_;                    // bytes allocated per device
   size_t allocate_calls_ = 0;
+  size_t events_created_ = 0;
+  host_ledger ledger_;
   uintptr_t streams_created_ = 0;
   std::map<stream_key, uint64_t> holds_issued_;  // per stream
   std::set<hold*> held_;                         // holds not yet released
@@ -193,6 +244,13 @@ class host_backend final : public backend {
 
 std::unique_ptr<backend> make_host_backend(const host_options& options) {
   return std::make_unique<host_backend>(options);
+}
+
+bool read_host_ledger(backend& be, host_ledger* out) {
+  auto* host = dynamic_cast<host_backend*>(&be);
+  if (host == nullptr) return false;
+  *out = host->ledger();
+  return true;
 }
 
 }  // namespace tracepool::backend

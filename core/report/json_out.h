@@ -6,15 +6,27 @@
 #include <cstdio>
 #include <string>
 
+#include "utf8.h"
+
 namespace tracepool::core {
 
 class json_out {
  public:
   std::string text;
 
+  // Bytes that are not well-formed UTF-8 (a label, a file name) become U+FFFD: the document stays JSON.
   void string(const std::string& s) {
     text += '"';
-    for (unsigned char c : s) {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    for (size_t i = 0; i < s.size();) {
+      const size_t len = utf8_sequence(p + i, s.size() - i);
+      if (len != 1) {
+        if (len == 0) text += "\\ufffd";
+        else text.append(s, i, len);
+        i += len == 0 ? 1 : len;
+        continue;
+      }
+      const unsigned char c = p[i++];
       switch (c) {
         case '"':
           text += "\\\"";

@@ -50,6 +50,23 @@ std::string site_key(const std::vector<std::string>& tags, const std::vector<fra
   return key;
 }
 
+// Growth of a call site as a user reads it, which may merge several interned stacks (site_key). One
+// stack: its trend, exact over every mark. Several: the series of their summed bytes, exact while
+// every mark is kept; once marks were dropped, growing only if none of them ever fell, one rose at
+// two marks at least, and one rose into the latest (stacks that name the same lines rarely differ).
+bool group_growing(const std::vector<site_trend>& trends, const std::vector<int64_t>& kept_series,
+                   uint64_t marks_made) {
+  if (trends.size() == 1) return trend_is_growing(trends[0]);
+  if (marks_made == kept_series.size()) return is_growing(kept_series);
+  site_trend all;
+  for (const site_trend& t : trends) {
+    all.fell = all.fell || t.fell;
+    all.rises = std::max(all.rises, t.rises);
+    all.rose_last = all.rose_last || t.rose_last;
+  }
+  return trend_is_growing(all);
+}
+
 }  // namespace
 
 bool is_growing(const std::vector<int64_t>& v) {
@@ -60,6 +77,8 @@ bool is_growing(const std::vector<int64_t>& v) {
   }
   return rises >= 2 && v.back() > v[v.size() - 2];
 }
+
+bool trend_is_growing(const site_trend& t) { return !t.fell && t.rises >= 2 && t.rose_last; }
 
 status build_report(allocator& a, const char* reason, report* out) {
   tracer& t = a.call_sites();
@@ -81,8 +100,8 @@ status build_report(allocator& a, const char* reason, report* out) {
     r.cfi_last_slow_reason = static_cast<int>(last & 0xffff);
     r.cfi_last_slow_frame = symbolize({static_cast<uintptr_t>(last >> 16)})[0];
   }
-  const std::vector<mark_record> marks = t.marks();
-  for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.time_ns, m.live_bytes});
+  const std::vector<mark_record> marks = t.marks(&r.marks_made);
+  for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
 
   // 1. Walk every block once: live blocks by site (and birth), free blocks by last holder.
   std::unordered_map<uint32_t, live_tally> live;
@@ -131,6 +150,7 @@ status build_report(allocator& a, const char* reason, report* out) {
   // yet name the same lines (an unrolled loop calls from several addresses) are merged.
   struct leak_group {
     site_summary summary;
+    std::vector<uint32_t> members;  // site ids
     std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;
     int64_t blocks_fixed = 0;
     double block_bytes = 0;
@@ -152,6 +172,7 @@ status build_report(allocator& a, const char* reason, report* out) {
       groups.back().summary.live_at_marks.assign(marks.size(), 0);
     }
     leak_group& g = groups[it->second];
+    g.members.push_back(site);
     g.summary.bytes += l.bytes;
     g.blocks_fixed += l.blocks;
     g.block_bytes += l.block_bytes;
@@ -180,16 +201,32 @@ status build_report(allocator& a, const char* reason, report* out) {
     g.summary.blocks = whole_blocks(g.blocks_fixed);
     g.summary.block_bytes = std::llround(g.block_bytes);
     g.summary.total_blocks = whole_blocks(g.summary.total_blocks);
-    g.summary.growing = is_growing(g.summary.live_at_marks);
+    g.summary.growing = group_growing(t.trends(g.members), g.summary.live_at_marks, r.marks_made);
   }
   std::sort(groups.begin(), groups.end(),
             [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
 
-  // 4. Retained: live blocks that outlived at least one mark, by site and the epoch of their birth.
+  // 4. Retained: live blocks that outlived at least one mark, by site and the latest kept mark made
+  // before their birth (the birth itself is exact: marks made before the block).
   for (size_t i = 0; i < groups.size(); ++i) {
-    for (const auto& [birth, tally] : groups[i].by_birth)
-      if (birth < marks.size())
-        r.retained.push_back(retained_summary{i, birth, tally.first, whole_blocks(tally.second)});
+    std::map<int, retained_summary> by_mark;
+    for (const auto& [birth, tally] : groups[i].by_birth) {
+      if (birth >= r.marks_made) continue;  // no mark made since
+      // The newest kept mark with index < birth.
+      const auto after = std::partition_point(r.marks.begin(), r.marks.end(),
+                                              [&](const mark_summary& m) { return m.index < birth; });
+      const int kept = static_cast<int>(after - r.marks.begin()) - 1;
+      retained_summary& t = by_mark[kept];
+      t.leak = i;
+      t.born_after = kept;
+      t.marks_survived = r.marks_made - birth;  // births ascend: the youngest comes last
+      t.bytes += tally.first;
+      t.blocks += tally.second;
+    }
+    for (auto& [kept, t] : by_mark) {
+      t.blocks = whole_blocks(t.blocks);
+      r.retained.push_back(t);
+    }
     r.leaks.push_back(std::move(groups[i].summary));
   }
   std::sort(r.retained.begin(), r.retained.end(), [](const retained_summary& x, const retained_summary& y) {

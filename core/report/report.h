@@ -10,6 +10,7 @@
 
 #include "stats.h"
 #include "status.h"
+#include "trace/call_site_table.h"
 #include "trace/symbolizer.h"
 
 namespace tracepool::core {
@@ -34,10 +35,12 @@ struct site_summary {
   bool growing = false;                // see is_growing()
 };
 
-// Live blocks of one site born before a mark and still alive after it and every later one.
+// Live blocks of one site born before a mark and still alive after it and every later one, grouped
+// by the latest kept mark before their birth.
 struct retained_summary {
-  size_t leak = 0;          // index into report::leaks (the site)
-  uint32_t born_after = 0;  // marks made before these blocks were born (0 = before the first mark)
+  size_t leak = 0;             // index into report::leaks (the site)
+  int born_after = -1;         // index into report::marks of that kept mark; -1: born before the first mark
+  uint64_t marks_survived = 0; // marks made since the youngest of them was born (>= 1)
   int64_t bytes = 0;
   int64_t blocks = 0;
 };
@@ -62,6 +65,7 @@ struct device_summary {
 
 struct mark_summary {
   std::string label;
+  uint64_t index = 0;  // marks made before it
   uint64_t time_ns = 0;
   int64_t live_bytes = 0;
 };
@@ -84,16 +88,18 @@ struct report {
   std::vector<site_summary> leaks;  // bytes descending
   std::vector<retained_summary> retained;
   std::vector<cached_summary> cached;  // bytes descending
-  std::vector<mark_summary> marks;
+  std::vector<mark_summary> marks;  // the kept ones (Note [Marks without end] in tracer.h)
+  uint64_t marks_made = 0;          // in all
   // Set for reason "oom".
   int oom_device = -1;
   size_t oom_requested = 0;
   std::string oom_message;
 };
 
-// "growing": the series of live bytes at the marks never falls, rises at least twice, and rises
-// into the last mark. One rise is what a lazily built buffer (optimizer state) looks like.
+// "growing": the live bytes at the marks never fell, rose at least twice, and rose into the latest
+// mark. One rise is what a lazily built buffer (optimizer state) looks like.
 bool is_growing(const std::vector<int64_t>& live_at_marks);
+bool trend_is_growing(const site_trend& t);
 
 status build_report(allocator& a, const char* reason, report* out);
 std::string to_json(const report& r);

@@ -133,11 +133,11 @@ std::string to_json(const report& r) {
     j.key("bytes"), j.value(t.bytes);
     j.key("blocks"), j.value(t.blocks);
     j.key("born_after_mark");
-    if (t.born_after == 0)
+    if (t.born_after < 0)
       j.null();
     else
-      j.value(r.marks[t.born_after - 1].label);
-    j.key("marks_survived"), j.value(static_cast<int64_t>(r.marks.size() - t.born_after));
+      j.value(r.marks[static_cast<size_t>(t.born_after)].label);
+    j.key("marks_survived"), j.value(static_cast<int64_t>(t.marks_survived));
     tags(j, s.tags);
     frames(j, s.frames);
     j.close('}');
@@ -164,11 +164,13 @@ std::string to_json(const report& r) {
   for (const mark_summary& m : r.marks) {
     j.open('{');
     j.key("label"), j.value(m.label);
+    j.key("index"), j.value(static_cast<int64_t>(m.index));
     j.key("time_ns"), j.value(static_cast<int64_t>(m.time_ns));
     j.key("live_bytes"), j.value(m.live_bytes);
     j.close('}');
   }
   j.close(']');
+  j.key("marks_made"), j.value(static_cast<int64_t>(r.marks_made));
 
   if (r.reason == "oom") {
     j.key("oom");

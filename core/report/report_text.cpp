@@ -11,6 +11,8 @@ namespace tracepool::core {
 namespace {
 
 constexpr size_t frames_shown = 5;
+constexpr size_t series_shown = 8;  // live bytes at the latest marks, for a growing site
+constexpr size_t marks_shown = 12;  // marks listed: the first quarter of them, then the latest
 
 std::string printf_string(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string printf_string(const char* fmt, ...) {
@@ -179,7 +181,9 @@ std::string to_text(const report& r, size_t top) {
                          tag_list(s.tags).c_str());
     if (s.growing) {
       out += "  GROWING across marks:";
-      for (int64_t v : s.live_at_marks) out += " " + human_bytes(v);
+      const size_t n = s.live_at_marks.size(), from = n > series_shown ? n - series_shown : 0;
+      if (from > 0) out += " ...";
+      for (size_t m = from; m < n; ++m) out += " " + human_bytes(s.live_at_marks[m]);
     }
     out += printf_string("  (peak %s, %s allocated in all)\n", human_bytes(s.peak_bytes).c_str(),
                          human_bytes(s.total_bytes).c_str());
@@ -194,16 +198,25 @@ std::string to_text(const report& r, size_t top) {
     for (size_t i = 0; i < r.retained.size() && i < top; ++i) {
       const retained_summary& t = r.retained[i];
       const site_summary& s = r.leaks[t.leak];
-      const std::string born =
-          t.born_after == 0 ? "before the first mark" : "after mark '" + r.marks[t.born_after - 1].label + "'";
-      out += printf_string("  %s in %s born %s, alive through %zu mark(s)%s\n", human_bytes(t.bytes).c_str(),
-                           blocks_word(t.blocks).c_str(), born.c_str(), r.marks.size() - t.born_after,
-                           tag_list(s.tags).c_str());
+      const std::string born = t.born_after < 0 ? "before the first mark"
+                                                : "after mark '" + r.marks[static_cast<size_t>(t.born_after)].label + "'";
+      out += printf_string("  %s in %s born %s, alive through %llu mark(s)%s\n", human_bytes(t.bytes).c_str(),
+                           blocks_word(t.blocks).c_str(), born.c_str(),
+                           static_cast<unsigned long long>(t.marks_survived), tag_list(s.tags).c_str());
       if (!s.frames.empty()) out += "       " + frame_line(where(s.frames)) + "\n";
     }
-    out += "\nMarks:\n";
-    for (const mark_summary& m : r.marks)
+    out += r.marks_made > r.marks.size()
+               ? printf_string("\nMarks (%llu made; kept: the first, the latest and %zu between):\n",
+                               static_cast<unsigned long long>(r.marks_made), r.marks.size() - 2)
+               : "\nMarks:\n";
+    for (size_t i = 0; i < r.marks.size(); ++i) {
+      if (r.marks.size() > marks_shown && i == marks_shown / 4) {
+        out += printf_string("  ... %zu more\n", r.marks.size() - marks_shown);
+        i = r.marks.size() - (marks_shown - marks_shown / 4);
+      }
+      const mark_summary& m = r.marks[i];
       out += printf_string("  %-24s %s live\n", m.label.c_str(), human_bytes(m.live_bytes).c_str());
+    }
   }
 
   out +=

@@ -109,6 +109,16 @@ void call_site_table::describe(uint32_t id, script_frame* described) {
   if (!at(id).script.compare_exchange_strong(expected, described, std::memory_order_acq_rel)) delete[] described;
 }
 
+void call_site_table::lock_all() {
+  for (shard& sh : shards_) sh.mutex.lock();
+  chunk_mutex_.lock();
+}
+
+void call_site_table::unlock_all() {
+  chunk_mutex_.unlock();
+  for (shard& sh : shards_) sh.mutex.unlock();
+}
+
 void call_site_table::on_alloc(uint32_t id, int64_t bytes, int64_t blocks) {
   site_record& r = at(id);
   const int64_t live = r.live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;

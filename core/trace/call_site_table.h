@@ -24,6 +24,14 @@ namespace tracepool::core {
 
 inline constexpr int64_t block_unit = 1 << 16;  // fixed point for estimated block counts
 
+// A site's live bytes across the marks: fell at some mark, rose at how many (counted up to 2), and
+// rose into the latest. Enough to tell growth over any number of marks (report.h, is_growing).
+struct site_trend {
+  bool fell = false;
+  uint8_t rises = 0;
+  bool rose_last = false;
+};
+
 // The key of a site is its native frames, its interpreter frames (two opaque words each,
 // script_frames.h) and its tag set. Interpreter frames are described once, after interning, by the
 // thread that interned them (`script` stays null until then, or if the provider could not).
@@ -41,6 +49,11 @@ struct site_record {
   std::atomic<int64_t> peak_bytes{0};
   std::atomic<int64_t> total_bytes{0};   // allocated since creation
   std::atomic<int64_t> total_blocks{0};  // x block_unit
+
+  // How live_bytes moved from mark to mark, over every mark made (tracer::mark; guarded by the
+  // tracer's marks lock).
+  int64_t live_at_last_mark = 0;
+  site_trend trend;
 };
 
 class call_site_table {
@@ -62,6 +75,10 @@ class call_site_table {
   uint32_t end() const { return next_id_.load(std::memory_order_acquire); }
   bool ready(uint32_t id);
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+  // Every shard, then the chunk lock: the order in which intern() nests them (Note [Fork]).
+  void lock_all();
+  void unlock_all();
 
   void on_alloc(uint32_t id, int64_t bytes, int64_t blocks);
   void on_free(uint32_t id, int64_t bytes, int64_t blocks);

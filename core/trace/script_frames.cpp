@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "fork_guard.h"
 #include "unwinder.h"
 
 namespace tracepool::core {
@@ -23,6 +24,7 @@ class range_list {
   static constexpr size_t capacity = 8;
   // false if full; adding a range whose begin is known is a no-op.
   bool add(code_range r) {
+    register_fork_lock(&mutex_);
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t n = count_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i)
@@ -56,7 +58,11 @@ static_assert(range_list::capacity == max_bindings_modules);
 // File and function names, each stored once for the life of the process (never destroyed, so
 // that reports made from atexit handlers find them).
 const char* intern(std::string_view text) {
-  static std::mutex* mutex = new std::mutex;
+  static std::mutex* mutex = [] {
+    auto* made = new std::mutex;
+    register_fork_lock(made);
+    return made;
+  }();
   static auto* strings = new std::unordered_set<std::string>;
   std::lock_guard<std::mutex> lock(*mutex);
   return strings->emplace(text).first->c_str();
@@ -66,7 +72,11 @@ const char* intern(std::string_view text) {
 
 void set_script_provider(script_provider* p) {
   if (p != nullptr) {  // kept for good, and reachable: a capture on another thread may still use it
-    static std::mutex* mutex = new std::mutex;
+    static std::mutex* mutex = [] {
+      auto* made = new std::mutex;
+      register_fork_lock(made);
+      return made;
+    }();
     static auto* every = new std::vector<script_provider*>;
     std::lock_guard<std::mutex> lock(*mutex);
     every->push_back(p);

@@ -15,6 +15,8 @@
 #endif
 #include <boost/stacktrace/frame.hpp>
 
+#include "fork_guard.h"
+
 namespace tracepool::core {
 
 namespace {
@@ -74,7 +76,11 @@ struct worker {
 };
 
 std::mutex& workers_mutex() {
-  static std::mutex* m = new std::mutex();  // leaked: used during exit
+  static std::mutex* m = [] {
+    auto* made = new std::mutex();  // leaked: used during exit
+    register_fork_lock(made);
+    return made;
+  }();
   return *m;
 }
 worker* current_worker = nullptr;  // guarded by workers_mutex()

@@ -5,6 +5,9 @@
 #include <mutex>
 #include <utility>
 
+#include "fork_guard.h"
+#include "utf8.h"
+
 namespace tracepool::core {
 
 namespace {
@@ -25,7 +28,11 @@ struct tag_registry {
 
 // Leaked on purpose: tags are read by the report written at exit, after static destructors may run.
 tag_registry& registry() {
-  static tag_registry* r = new tag_registry();
+  static tag_registry* r = [] {
+    auto* made = new tag_registry();
+    register_fork_lock(&made->mutex);
+    return made;
+  }();
   return *r;
 }
 
@@ -44,6 +51,7 @@ status check_label(const char* what, const char* label) {
   for (size_t i = 0; i < n; ++i)
     if (static_cast<unsigned char>(label[i]) < 0x20)
       return fail(status::invalid_argument, "%s: label contains a control character", what);
+  if (!is_utf8(label, n)) return fail(status::invalid_argument, "%s: label is not valid UTF-8", what);
   return status::ok;
 }
 

@@ -95,22 +95,57 @@ status tracer::mark(const char* label, int64_t live_bytes) {
   clock_gettime(CLOCK_REALTIME, &ts);
   m.time_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
   m.live_bytes = live_bytes;
+  std::lock_guard<std::mutex> lock(marks_mutex_);
+  m.index = marks_made_;
   for (uint32_t id = 1, end = sites_.end(); id < end; ++id) {
     if (!sites_.ready(id)) continue;
-    const int64_t live = sites_.at(id).live_bytes.load(std::memory_order_relaxed);
+    site_record& rec = sites_.at(id);
+    const int64_t live = rec.live_bytes.load(std::memory_order_relaxed);
     if (live > 0) m.site_live.emplace_back(id, live);
+    if (marks_made_ > 0) {  // a step from the mark before (0 for a site born since)
+      site_trend& t = rec.trend;
+      t.fell = t.fell || live < rec.live_at_last_mark;
+      t.rose_last = live > rec.live_at_last_mark;
+      if (t.rose_last && t.rises < 2) ++t.rises;
+    }
+    rec.live_at_last_mark = live;
   }
-  std::lock_guard<std::mutex> lock(marks_mutex_);
-  if (marks_.size() >= max_marks)
-    return fail(status::invalid_argument, "mark('%s'): %zu marks already made, the most one instance keeps", label,
-                max_marks);
+  if (marks_.size() == max_kept_marks) thin_marks();
   marks_.push_back(std::move(m));
-  epoch_.store(static_cast<uint32_t>(marks_.size()), std::memory_order_relaxed);
+  ++marks_made_;
+  if (epoch_.load(std::memory_order_relaxed) != UINT32_MAX) epoch_.fetch_add(1, std::memory_order_relaxed);
   return status::ok;
 }
 
-std::vector<mark_record> tracer::marks() {
+// Drops every other mark between the first and the latest (Note [Marks without end]).
+void tracer::thin_marks() {
+  size_t kept = 1;
+  for (size_t i = 1; i < marks_.size(); ++i)
+    if (i % 2 == 0 || i + 1 == marks_.size()) marks_[kept++] = std::move(marks_[i]);
+  marks_.resize(kept);
+}
+
+std::vector<site_trend> tracer::trends(const std::vector<uint32_t>& sites) {
+  std::vector<site_trend> out;
+  out.reserve(sites.size());
   std::lock_guard<std::mutex> lock(marks_mutex_);
+  for (uint32_t id : sites) out.push_back(id != 0 && id < sites_.end() && sites_.ready(id) ? sites_.at(id).trend : site_trend{});
+  return out;
+}
+
+void tracer::lock_for_fork() {
+  sites_.lock_all();
+  marks_mutex_.lock();
+}
+
+void tracer::unlock_after_fork() {
+  marks_mutex_.unlock();
+  sites_.unlock_all();
+}
+
+std::vector<mark_record> tracer::marks(uint64_t* made) {
+  std::lock_guard<std::mutex> lock(marks_mutex_);
+  if (made != nullptr) *made = marks_made_;
   return marks_;
 }
 

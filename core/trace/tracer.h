@@ -23,12 +23,23 @@ namespace tracepool::core {
 
 struct mark_record {
   std::string label;
+  uint64_t index = 0;                                   // marks made before this one
   uint64_t time_ns = 0;                                 // CLOCK_REALTIME
   int64_t live_bytes = 0;                               // requested bytes live on all devices (exact)
   std::vector<std::pair<uint32_t, int64_t>> site_live;  // estimated live bytes per site, sites with any
 };
 
-inline constexpr size_t max_marks = 4096;
+// Note [Marks without end]
+// A loop may mark every step, for ever. Two things are kept, both bounded:
+//   - for every site, its trend over every mark made (site_record::trend: fell, rises, rose into the
+//     latest), updated at each mark from the live bytes at the one before; growth is told from it
+//     exactly, whatever the number of marks;
+//   - a window of at most max_kept_marks marks, with each site's live bytes then, for the series
+//     reports show and for naming the mark after which retained blocks were born. When it is full,
+//     every other mark between the first and the latest is dropped, so the window always holds the
+//     first mark, the latest, and an even spread in between. Reports say how many marks were made
+//     (marks_made) besides the ones kept.
+inline constexpr size_t max_kept_marks = 512;
 
 class tracer {
  public:
@@ -43,7 +54,14 @@ class tracer {
   double weight(size_t requested) const { return sampler_.weight(requested); }
 
   status mark(const char* label, int64_t live_bytes);
-  std::vector<mark_record> marks();
+  // The kept marks, oldest first, and how many marks were made in all.
+  std::vector<mark_record> marks(uint64_t* made = nullptr);
+  // Trends of `sites` (ids), in the same order.
+  std::vector<site_trend> trends(const std::vector<uint32_t>& sites);
+
+  // The call-site table's locks, then the marks' (Note [Fork]).
+  void lock_for_fork();
+  void unlock_after_fork();
 
   call_site_table& sites() { return sites_; }
   capture_mode mode() const { return mode_; }
@@ -64,9 +82,12 @@ class tracer {
   sampler sampler_;
   call_site_table sites_;
 
-  std::atomic<uint32_t> epoch_{0};
+  void thin_marks();
+
+  std::atomic<uint32_t> epoch_{0};  // marks made, as blocks record it (saturates)
   std::mutex marks_mutex_;
-  std::vector<mark_record> marks_;
+  uint64_t marks_made_ = 0;
+  std::vector<mark_record> marks_;  // kept (Note [Marks without end])
 };
 
 }  // namespace tracepool::core

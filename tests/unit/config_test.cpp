@@ -26,7 +26,7 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_FALSE(c.validate);
   EXPECT_EQ(c.host.devices, 3);
   EXPECT_EQ(c.host.capacity, size_t{8000000000});
-  EXPECT_EQ(c.host.fail_call, 4u);
+  EXPECT_EQ(c.host.fail_alloc, 4u);
   EXPECT_EQ(c.host.fail_above, size_t{20} << 20);
 }
 

@@ -29,9 +29,9 @@ TEST(HostBackend, CapacityIsEnforcedAndReportedFree) {
   EXPECT_EQ(be->release(0, a, 3u << 20), status::ok);
 }
 
-TEST(HostBackend, FailsTheKthCallOnly) {
+TEST(HostBackend, FailsTheKthAllocationOnly) {
   host_options o;
-  o.fail_call = 2;
+  o.fail_alloc = 2;
   auto be = make_host_backend(o);
   void *a = nullptr, *b = nullptr, *c = nullptr;
   EXPECT_EQ(be->allocate(0, 512, &a), status::ok);
@@ -39,6 +39,27 @@ TEST(HostBackend, FailsTheKthCallOnly) {
   EXPECT_EQ(be->allocate(0, 512, &c), status::ok);
   be->release(0, a, 512);
   be->release(0, c, 512);
+}
+
+TEST(HostBackend, FailsTheKthCallOfAnyKindOnly) {
+  host_options o;
+  o.fail_call = 3;  // allocate, allocate, release: the release
+  auto be = make_host_backend(o);
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(be->allocate(0, 512, &a), status::ok);
+  ASSERT_EQ(be->allocate(0, 512, &b), status::ok);
+  EXPECT_EQ(be->release(0, a, 512), status::backend_error);
+  EXPECT_NE(std::string(last_error()).find("injected failure of release (call 3)"), std::string::npos) << last_error();
+  host_ledger l;
+  ASSERT_TRUE(read_host_ledger(*be, &l));
+  EXPECT_EQ(l.faults, 1u);
+  EXPECT_EQ(l.faults_by_kind[1], 1u);
+  EXPECT_EQ(l.bytes_in_use, 1024u) << "a refused release keeps the memory";
+  EXPECT_EQ(be->release(0, a, 512), status::ok);
+  EXPECT_EQ(be->release(0, b, 512), status::ok);
+  ASSERT_TRUE(read_host_ledger(*be, &l));
+  EXPECT_EQ(l.bytes_in_use, 0u);
+  EXPECT_EQ(l.calls, 5u);
 }
 
 TEST(HostBackend, FailsAboveThreshold) {

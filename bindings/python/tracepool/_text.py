@@ -7,6 +7,8 @@ line naming the native function that asked for the memory.
 """
 
 FRAMES_SHOWN = 5  # per site: native frames, or Python frames when it has any
+SERIES_SHOWN = 8  # live bytes at the latest marks, for a growing site
+MARKS_SHOWN = 12  # marks listed: the first quarter of them, then the latest
 FUNCTION_WIDTH = 100
 # Said after a site's first borrowed frame: its Python frames are those of the thread for which
 # another thread did the work (autograd's engine thread runs backward for the thread that called it).
@@ -191,7 +193,9 @@ def _leaks(report, top, out):
             _tag_list(s.get("tags")),
         )
         if s.get("growing"):
-            line += "  GROWING across marks:" + "".join(" " + human_bytes(v) for v in s.get("live_at_marks", []))
+            series = s.get("live_at_marks", [])
+            line += "  GROWING across marks:" + (" ..." if len(series) > SERIES_SHOWN else "")
+            line += "".join(" " + human_bytes(v) for v in series[-SERIES_SHOWN:])
         line += "  (peak %s, %s allocated in all)" % (
             human_bytes(s.get("peak_bytes", 0)),
             human_bytes(s.get("total_bytes", 0)),
@@ -228,9 +232,20 @@ def _retained(report, top, out):
         if t.get("frames"):
             out.append("       " + where_line(t["frames"]))
     out.append("")
-    out.append("Marks:")
-    for m in marks:
-        out.append("  %-24s %s live" % (m.get("label", ""), human_bytes(m.get("live_bytes", 0))))
+    made = report.get("marks_made", len(marks))
+    if made > len(marks):
+        out.append("Marks (%d made; kept: the first, the latest and %d between):" % (made, len(marks) - 2))
+    else:
+        out.append("Marks:")
+    shown = marks
+    if len(marks) > MARKS_SHOWN:
+        head = MARKS_SHOWN // 4
+        shown = marks[:head] + [None] + marks[len(marks) - (MARKS_SHOWN - head) :]
+    for m in shown:
+        if m is None:
+            out.append("  ... %d more" % (len(marks) - MARKS_SHOWN))
+        else:
+            out.append("  %-24s %s live" % (m.get("label", ""), human_bytes(m.get("live_bytes", 0))))
 
 
 def _cached(report, top, out):
