@@ -42,6 +42,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -381,11 +382,19 @@ static void eval_loop_range(uintptr_t* begin, uintptr_t* end) {
 static tracepool_frame_provider_t provider = {sizeof(tracepool_frame_provider_t), "python", capture, describe, 0, 0};
 static int installed;
 
+/* A fork() child has only the thread that forked, which is not inside capture() or describe(); the
+ * threads that were are not there, so their count goes (otherwise the child's exit would wait for
+ * them for ever in python_frames_shutdown). */
+static void forget_other_threads(void) { atomic_store(&in_flight, 0); }
+
 int python_frames_install(void) {
   if (installed) return TRACEPOOL_OK;
   eval_loop_range(&provider.eval_begin, &provider.eval_end);
   const int status = tracepool_set_frame_provider(&provider);
-  if (status == TRACEPOOL_OK) installed = 1;
+  if (status == TRACEPOOL_OK) {
+    installed = 1;
+    pthread_atfork(NULL, NULL, forget_other_threads);
+  }
   return status;
 }
 

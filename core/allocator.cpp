@@ -244,8 +244,9 @@ status allocator::write_oom_report(const char* path, const char* format) {
 }
 
 // The device said no after the cache was emptied. Say who holds the memory: a report is built (no
-// allocator lock is held here), kept for write_oom_report, printed unless oom_report:off, and its
-// top sites are appended to the error message.
+// allocator lock is held here), kept for write_oom_report, and its top sites are appended to the
+// error message. Unless oom_report:off, the first one is printed whole; later ones print one line
+// each, since a program that catches OOM and retries smaller (a batch-size search) meets many.
 status allocator::out_of_memory(int device, size_t size) {
   const std::string message = last_error();
   try {
@@ -257,7 +258,12 @@ status allocator::out_of_memory(int device, size_t size) {
     r->oom_message = message;
     const std::string summary = oom_summary(*r, device);
     if (print_oom_report_) {
-      const std::string text = to_text(*r);
+      const uint64_t seen = ooms_printed_.fetch_add(1, std::memory_order_relaxed);
+      const std::string text =
+          seen == 0 ? to_text(*r)
+                    : "tracepool: out of memory again on device " + std::to_string(device) + " (" + human_bytes(
+                          static_cast<int64_t>(size)) + " requested; " + std::to_string(seen + 1) +
+                          " so far): the report of the first is above; tracepool_write_oom_report writes this one's\n";
       std::fwrite(text.data(), 1, text.size(), stderr);
     }
     {

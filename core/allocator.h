@@ -6,6 +6,7 @@
 // reports and the OOM report are built with no allocator lock held.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,7 @@ class allocator final : public fork_participant {
   std::unique_ptr<tracer> tracer_;
   const bool print_oom_report_;
 
+  std::atomic<uint64_t> ooms_printed_{0};
   std::mutex oom_mutex_;
   std::shared_ptr<const report> last_oom_;  // guarded by oom_mutex_
 };

@@ -1,20 +1,27 @@
 // torch_plugin.cpp: the two functions PyTorch's CUDAPluggableAllocator calls, on tracepool_default().
 // PyTorch passes the device and current stream at alloc, and the alloc-time size, device and stream
 // at free (notes/pytorch.md §1.1). Its wrapper drops a NULL result silently, so failures are told on
-// stderr here; the count of such messages is capped so a failing loop cannot flood the log.
+// stderr here, once per entry point and status: a failing loop cannot flood the log, and a failure of
+// a new kind is still told.
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 
 #include "tracepool/tracepool.h"
 
 namespace {
 
-std::atomic<int> messages_left{64};
+enum entry { entry_default, entry_alloc, entry_free, entry_empty_cache, entry_fraction, entry_record_stream, entries };
+constexpr const char* entry_names[entries] = {"tracepool_default (TRACEPOOL_CONF)", "tracepool_torch_alloc",
+                                              "tracepool_torch_free", "torch.cuda.empty_cache",
+                                              "torch.cuda.set_per_process_memory_fraction", "Tensor.record_stream"};
+std::atomic<uint32_t> told[entries];  // bit -status: that failure has been told
 
-void tell(const char* what, int status) {
-  if (messages_left.fetch_sub(1, std::memory_order_relaxed) <= 0) return;
-  std::fprintf(stderr, "tracepool: %s failed: %s: %s\n", what, tracepool_status_string(status),
-               tracepool_last_error());
+void tell(entry what, int status) {
+  const uint32_t bit = status < 0 && status > -32 ? 1u << -status : 1u;
+  if (told[what].fetch_or(bit, std::memory_order_relaxed) & bit) return;
+  std::fprintf(stderr, "tracepool: %s failed: %s: %s (further %s failures of this kind are not printed)\n",
+               entry_names[what], tracepool_status_string(status), tracepool_last_error(), entry_names[what]);
 }
 
 }  // namespace
@@ -24,12 +31,12 @@ extern "C" {
 void* tracepool_torch_alloc(size_t size, int device, void* stream) {
   tracepool_t* tp = tracepool_default();
   if (tp == nullptr) {
-    tell("tracepool_default (TRACEPOOL_CONF)", TRACEPOOL_ERR_UNAVAILABLE);
+    tell(entry_default, TRACEPOOL_ERR_UNAVAILABLE);
     return nullptr;
   }
   void* ptr = nullptr;
   const int rc = tracepool_malloc(tp, size, device, stream, &ptr);
-  if (rc != TRACEPOOL_OK) tell("tracepool_torch_alloc", rc);
+  if (rc != TRACEPOOL_OK) tell(entry_alloc, rc);
   return ptr;
 }
 
@@ -37,13 +44,13 @@ void tracepool_torch_free(void* ptr, size_t /*size*/, int /*device*/, void* stre
   tracepool_t* tp = tracepool_default();
   if (tp == nullptr) return;
   const int rc = tracepool_free(tp, ptr, stream);
-  if (rc != TRACEPOOL_OK) tell("tracepool_torch_free", rc);
+  if (rc != TRACEPOOL_OK) tell(entry_free, rc);
 }
 
 void tracepool_torch_empty_cache(void) {
   tracepool_t* tp = tracepool_default();
   if (tp == nullptr) return;
-  if (const int rc = tracepool_empty_cache(tp, -1); rc != TRACEPOOL_OK) tell("torch.cuda.empty_cache", rc);
+  if (const int rc = tracepool_empty_cache(tp, -1); rc != TRACEPOOL_OK) tell(entry_empty_cache, rc);
 }
 
 // torch.cuda.set_per_process_memory_fraction: the fraction of the device's total memory that
@@ -62,13 +69,13 @@ void tracepool_torch_set_memory_fraction(double fraction, int device) {
     const size_t limit = fraction >= 1.0 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total)) + 1;
     rc = tracepool_set_limit(tp, device, limit);
   }
-  if (rc != TRACEPOOL_OK) tell("torch.cuda.set_per_process_memory_fraction", rc);
+  if (rc != TRACEPOOL_OK) tell(entry_fraction, rc);
 }
 
 void tracepool_torch_record_stream(void* ptr, void* stream) {
   tracepool_t* tp = tracepool_default();
   if (tp == nullptr) return;
-  if (const int rc = tracepool_record_stream(tp, ptr, stream); rc != TRACEPOOL_OK) tell("Tensor.record_stream", rc);
+  if (const int rc = tracepool_record_stream(tp, ptr, stream); rc != TRACEPOOL_OK) tell(entry_record_stream, rc);
 }
 
 }  // extern "C"

@@ -1,6 +1,8 @@
 // The conformance suite: what every backend must do, run on the host backend in CI and on CUDA on the
 // GPU machine (tests/gpu/run.sh). The CUDA cases skip, saying why, where no driver or device exists.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -212,6 +214,46 @@ TEST_P(Conformance, MultiThreadMultiStreamStress) {
   EXPECT_EQ(alloc_->live_blocks(), 0u);
   ASSERT_EQ(alloc_->empty_cache(-1), status::ok);
   EXPECT_EQ(current(stat_kind::reserved_bytes), 0);
+}
+
+// A forked child inherits the parent's pool (Note [Fork]). On the host backend it goes on working;
+// on CUDA the device state is the parent's, so every call that needs the device says so and changes
+// nothing, while frees of inherited blocks and reports still work (DataLoader workers free tensors
+// they inherited when they exit).
+TEST_P(Conformance, AForkedChildSaysWhatItCannotUseAndFreesWhatItInherited) {
+  backend::stream_handle s = new_stream();
+  void *kept = nullptr, *used_elsewhere = nullptr;
+  ASSERT_EQ(alloc_->malloc(3 << 20, 0, nullptr, &kept), status::ok);
+  ASSERT_EQ(alloc_->malloc(4096, 0, nullptr, &used_elsewhere), status::ok);
+  ASSERT_EQ(alloc_->record_stream(used_elsewhere, s), status::ok);
+  const bool cuda = GetParam() == "cuda";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Exit codes name the first thing that went wrong; gtest assertions do not cross fork().
+    void* p = nullptr;
+    const status m = alloc_->malloc(4096, 0, nullptr, &p);
+    if (cuda && (m != status::unavailable || std::string(last_error()).find("forked") == std::string::npos)) _exit(10);
+    if (!cuda && (m != status::ok || alloc_->free(p) != status::ok)) _exit(11);
+    if (alloc_->free(kept) != status::ok || alloc_->free(used_elsewhere) != status::ok) _exit(12);
+    if (alloc_->validate() != status::ok) _exit(13);
+    device_stats st;
+    if (alloc_->stats(0, &st) != status::ok || st.table.at(stat_kind::allocation, all_pools).current != 0) _exit(14);
+    if (alloc_->empty_cache(0) != (cuda ? status::unavailable : status::ok)) _exit(15);
+    if (alloc_->validate() != status::ok) _exit(16);
+    _exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus)) << "the child died of signal " << WTERMSIG(wstatus);
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "see the exit codes in the child's branch";
+  // The parent is untouched by what the child did.
+  EXPECT_EQ(current(stat_kind::allocation), 2);
+  ASSERT_EQ(alloc_->free(kept), status::ok);
+  ASSERT_EQ(alloc_->free(used_elsewhere), status::ok);
+  void* again = nullptr;
+  ASSERT_EQ(alloc_->malloc(4096, 0, nullptr, &again), status::ok);
+  ASSERT_EQ(alloc_->free(again), status::ok);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("host", "cuda"),

@@ -84,3 +84,59 @@ def test_daemon_threads_allocating_through_the_exit_do_no_harm(exit_report):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert ("child.py", kept_line(script)) in leaked_lines(report)
+
+
+FORK_WHILE_BUSY = """
+import os, sys, threading, time, tracepool
+
+stop = False
+def churn(n):
+    while not stop:
+        with tracepool.tag("busy %d" % n):
+            tracepool.free(tracepool.alloc(4096 * (1 + n)))
+        if n == 0:
+            tracepool.mark("busy")
+
+threads = [threading.Thread(target=churn, args=(n,)) for n in range(4)]
+for t in threads:
+    t.start()
+clean = hung = 0
+for i in range(FORKS):
+    time.sleep(0.002 * (i % 5))
+    pid = os.fork()
+    if pid == 0:
+        # The child: its inherited tracepool works, and it exits through Python's own finalisation
+        # (atexit handlers included) or, every other time, through os._exit.
+        ptr = tracepool.alloc(1 << 20)
+        tracepool.free(ptr)
+        with tracepool.tag("child"):
+            kept = tracepool.alloc(8192)
+        assert "child" in tracepool.report(format="text")
+        if i % 2:
+            os._exit(0)
+        sys.exit(0)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            clean += os.waitstatus_to_exitcode(status) == 0
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            hung += 1
+            break
+        time.sleep(0.005)
+stop = True
+for t in threads:
+    t.join()
+print("forks %d clean %d hung %d" % (FORKS, clean, hung))
+"""
+
+
+def test_children_forked_while_threads_allocate_work_and_exit(run_python):
+    """DataLoader workers and multiprocessing fork while other threads allocate: every child must
+    find tracepool usable and exit, through Python's finalisation too (issue 11, defect 2)."""
+    done = run_python("FORKS = 16\n" + FORK_WHILE_BUSY, timeout=300, conf="backend:host,capture:all")
+    assert done.returncode == 0, done.stderr
+    assert "forks 16 clean 16 hung 0" in done.stdout, done.stdout + done.stderr

@@ -5,7 +5,10 @@
  * stack plus its tags), so that the exit report is megabytes long and its write takes a while, and
  * writes "exiting\n" to fd 1 just before main returns: the kill tests kill the process from then on.
  * TRACEPOOL_CHILD_EARLY=1 writes the exit report with tracepool_write_exit_report() before leaking
- * one more block from late_leak(): the report must not be written again at exit. */
+ * one more block from late_leak(): the report must not be written again at exit.
+ * TRACEPOOL_CHILD_THREADS=N starts N threads that allocate and free without end; after a while one of
+ * them calls exit(0) while the others go on, through the exit report and the static destructors. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,19 @@ static int leak_under_tags(tracepool_t* tp, long sites) {
   return 0;
 }
 
+static tracepool_t* shared;
+
+static void* churn(void* arg) {
+  const long me = (long)arg;
+  for (long i = 0;; ++i) {
+    void* p = NULL;
+    if (tracepool_malloc(shared, 512 + (size_t)(i % 64) * 4096, 0, NULL, &p) == TRACEPOOL_OK)
+      tracepool_free(shared, p, NULL);
+    if (me == 0 && i == 20000) exit(0); /* not from main: the others are still allocating */
+  }
+  return NULL;
+}
+
 int main(void) {
   tracepool_t* tp = tracepool_default();
   if (tp == NULL) {
@@ -51,6 +67,14 @@ int main(void) {
   if (getenv("TRACEPOOL_CHILD_EARLY") != NULL) {
     if (tracepool_write_exit_report() != TRACEPOOL_OK) return 2;
     late_leak(tp);
+  }
+  const char* threads = getenv("TRACEPOOL_CHILD_THREADS");
+  if (threads != NULL) {
+    shared = tp;
+    pthread_t t[16];
+    const long n = atol(threads) < 16 ? atol(threads) : 16;
+    for (long i = 0; i < n; ++i) pthread_create(&t[i], NULL, churn, (void*)i);
+    for (long i = 0; i < n; ++i) pthread_join(t[i], NULL); /* never returns: thread 0 exits */
   }
   const char* sites = getenv("TRACEPOOL_CHILD_SITES");
   if (sites != NULL) {

@@ -1,6 +1,7 @@
 // The C ABI: bad input gets a clear status and a message, and nothing is lost.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -200,6 +201,26 @@ TEST(CApiTorch, EntryPointsUseTheDefaultInstance) {
   ASSERT_EQ(tracepool_get_stats(tp, 0, &after), TRACEPOOL_OK);
   EXPECT_EQ(after.allocation.current, before.allocation.current);
   EXPECT_EQ(after.num_invalid_frees, before.num_invalid_frees + 1);
+}
+
+// The header's promise: each entry point tells a failure once per status, then stays silent. (The
+// told kinds are per process: these are ones no other test here makes.)
+TEST(CApiTorch, EachKindOfFailureIsToldOnce) {
+  int dummy = 0;
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 5; ++i) tracepool_torch_free(&dummy, 4, 0, nullptr);        // unknown pointer
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(tracepool_torch_alloc(~size_t{0} / 2, 0, nullptr), nullptr);  // absurd size
+  for (int i = 0; i < 5; ++i) tracepool_torch_record_stream(&dummy, nullptr);       // not a live block
+  const std::string told = ::testing::internal::GetCapturedStderr();
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = told.find(what); at != std::string::npos; at = told.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("tracepool: tracepool_torch_free failed: TRACEPOOL_ERR_UNKNOWN_POINTER"), 1u) << told;
+  EXPECT_EQ(count("tracepool: tracepool_torch_alloc failed: TRACEPOOL_ERR_INVALID_ARGUMENT"), 1u) << told;
+  EXPECT_EQ(count("tracepool: Tensor.record_stream failed: TRACEPOOL_ERR_UNKNOWN_POINTER"), 1u) << told;
+  EXPECT_EQ(std::count(told.begin(), told.end(), '\n'), 3) << told;
 }
 
 }  // namespace

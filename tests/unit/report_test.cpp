@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -83,6 +84,23 @@ TEST(ExitReport, AnUnwritablePathIsReportedNotFatal) {
 // tracepool_write_exit_report writes the report when the host asks (CPython's exit skips atexit
 // handlers after Ctrl-C); the atexit handler then writes nothing, so what the process did later is
 // not in a second report.
+// exit() from another thread while three more allocate and free: the report is written whole while
+// they run, they go on through the static destructors, and the process exits cleanly.
+TEST(ExitReport, ExitFromAnotherThreadWhileOthersAllocateIsClean) {
+  for (int round = 0; round < 6; ++round) {
+    const std::string path = scratch_dir() + "/threads" + std::to_string(round) + ".json";
+    std::string err;
+    ASSERT_EQ(run_child(path, &err, {"TRACEPOOL_CHILD_THREADS=4"}), 0) << "round " << round << ": " << err;
+    EXPECT_EQ(err, "") << "round " << round;
+    const json r = parse_report(path);
+    EXPECT_EQ(r["reason"], "exit");
+    bool found = false;
+    for (const json& s : r["leaks"])
+      found = found || (s["blocks"] == 7 && s["bytes"] == 7 * 12345);
+    EXPECT_TRUE(found) << "round " << round << ": the seven leaked blocks are named";
+  }
+}
+
 TEST(ExitReport, WrittenEarlyItIsTheOnlyOne) {
   std::string err;
   ASSERT_EQ(run_child("stderr", &err, {"TRACEPOOL_CHILD_EARLY=1"}), 0) << err;
@@ -193,6 +211,16 @@ TEST(OomReport, NamesTheSitesHoldingMemoryAndIsKeptForRetrieval) {
     EXPECT_NE(r["leaks"][0]["frames"][0]["function"].get<std::string>().find("hog"), std::string::npos);
     EXPECT_EQ(r["leaks"][0]["bytes"], 3 * (size_t{6} << 20));
     EXPECT_EQ(r["devices"][0]["cached_bytes"], size_t{2} << 20);
+    // A program that catches the error and tries again (a batch-size search) is told once in full,
+    // then one line per failure; the report kept is the latest.
+    ::testing::internal::CaptureStderr();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(tracepool_malloc(tp, size_t{47} << 20, 0, nullptr, &p), TRACEPOOL_ERR_OOM);
+    const std::string again = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(again.find("tracepool report (oom)"), std::string::npos) << again;
+    EXPECT_EQ(std::count(again.begin(), again.end(), '\n'), print ? 3 : 0) << again;
+    if (print) EXPECT_NE(again.find("out of memory again on device 0 (47.00 MiB requested; 4 so far)"), std::string::npos) << again;
+    ASSERT_EQ(tracepool_write_oom_report(tp, (dir + "/latest.json").c_str(), nullptr), TRACEPOOL_OK);
+    EXPECT_EQ(parse_report(dir + "/latest.json")["oom"]["requested_bytes"], size_t{47} << 20);
     for (void* h : hogged) EXPECT_EQ(tracepool_free(tp, h, nullptr), TRACEPOOL_OK);
     hogged.clear();
     tracepool_destroy(tp);

@@ -7,6 +7,12 @@
  * Thread safety: every function may be called from any thread at any time, except that
  * tracepool_destroy() must not race with other calls on the same handle.
  *
+ * fork(): safe while other threads use tracepool. The child inherits every instance in a consistent
+ * state (no lock held, no operation half done); its reports, tags, marks and the host backend work.
+ * A child cannot use CUDA state its parent initialised: with the CUDA backend, calls that need the
+ * device fail with TRACEPOOL_ERR_UNAVAILABLE saying so, while frees of inherited blocks and reports
+ * work. Use the 'spawn' start method for worker processes that need the GPU.
+ *
  * Full documentation: README.md (C API, configuration keys) and docs/.
  */
 #ifndef TRACEPOOL_TRACEPOOL_H
@@ -129,14 +135,17 @@ TRACEPOOL_API int tracepool_validate(tracepool_t* tp);
  * TRACEPOOL_REPORT=<path> writes the report of tracepool_default() at exit: JSON when the path ends
  * in .json, text otherwise; TRACEPOOL_REPORT=stderr prints the text. */
 
-/* Pushes `label` on the calling thread's tag stack (at most 64 deep, 256 bytes a label): sites
+/* Pushes `label` on the calling thread's tag stack (at most 64 deep, UTF-8, 256 bytes a label): sites
  * captured until the matching pop carry it. Tags are per thread and shared by every instance. */
 TRACEPOOL_API int tracepool_tag_push(const char* label);
 /* Pops the innermost tag of the calling thread; TRACEPOOL_ERR_INVALID_ARGUMENT if none is pushed. */
 TRACEPOOL_API int tracepool_tag_pop(void);
-/* Records a named point in time (an epoch boundary, at most 4096 per instance). Reports give each
- * site's live bytes at every mark, flag sites whose live bytes keep growing across marks, and list
- * retained blocks: born before a mark and still alive after it and every later one. */
+/* Records a named point in time (an epoch boundary; `label` is UTF-8, at most 256 bytes). Reports give
+ * each site's live bytes at the marks, flag sites whose live bytes grew across marks (never fell, rose
+ * at two marks at least and into the latest: told exactly over every mark made), and list retained
+ * blocks: born before a mark and still alive after it and every later one. There is no limit on the
+ * number of marks: an instance keeps at most 512 of them for the series and labels in reports (the
+ * first, the latest and an even spread between), and reports say how many were made. */
 TRACEPOOL_API int tracepool_mark(tracepool_t* tp, const char* label);
 /* Writes a report of the memory held now. path:
  *   - "stderr", "/dev/stdout", "/dev/stderr", "/dev/fd/N", "/proc/self/fd/N": written straight into
@@ -150,8 +159,9 @@ TRACEPOOL_API int tracepool_mark(tracepool_t* tp, const char* label);
  *     TRACEPOOL_ERR_INVALID_ARGUMENT and left untouched: a link is neither followed nor replaced.
  * format: "json", "text", or NULL (JSON if path ends in ".json", text otherwise). */
 TRACEPOOL_API int tracepool_write_report(tracepool_t* tp, const char* path, const char* format);
-/* Writes the report made when an allocation of `tp` last failed with TRACEPOOL_ERR_OOM (that
- * report is also printed to stderr unless TRACEPOOL_CONF has oom_report:off). Fails with
+/* Writes the report made when an allocation of `tp` last failed with TRACEPOOL_ERR_OOM. Unless
+ * TRACEPOOL_CONF has oom_report:off, the first such report is printed to stderr whole and each later
+ * one as a single line (a program that catches OOM and retries smaller meets many). Fails with
  * TRACEPOOL_ERR_INVALID_ARGUMENT if no allocation has failed so. */
 TRACEPOOL_API int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format);
 
@@ -236,8 +246,9 @@ TRACEPOOL_API const char* tracepool_status_string(int status); /* "TRACEPOOL_ERR
 TRACEPOOL_API const char* tracepool_last_error(void);          /* this thread's last failure, "" if none */
 
 /* ---- PyTorch CUDAPluggableAllocator entry points (on tracepool_default()) -------------------- */
-/* Never throw. alloc returns NULL for size 0 and on failure (the reason is printed once per
- * distinct failure kind to stderr, since PyTorch's wrapper drops it). */
+/* Never throw. alloc returns NULL for size 0 and on failure. Since PyTorch's wrapper drops the reason,
+ * each entry point prints it to stderr the first time it fails with a given status (TRACEPOOL_ERR_*),
+ * and stays silent for later failures with that status. */
 TRACEPOOL_API void* tracepool_torch_alloc(size_t size, int device, void* stream);
 TRACEPOOL_API void tracepool_torch_free(void* ptr, size_t size, int device, void* stream);
 /* Optional hooks of CUDAPluggableAllocator (set_reset_fn, set_memory_fraction_fn,
