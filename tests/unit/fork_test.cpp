@@ -76,6 +76,12 @@ int wait_bounded(pid_t pid, int seconds, bool* hung) {
 }
 
 TEST(Fork, ChildrenOfABusyProcessNeverHangAndInheritAConsistentPool) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Seen with gdb (gcc 12's libasan): a child hung inside ASan's own allocator, whose region lock
+  // another thread of the parent held at fork() (libasan of this vintage takes no lock around
+  // fork). glibc's malloc, which the other builds use, is fork-safe; TSan's fork handling is too.
+  GTEST_SKIP() << "ASan's allocator is not fork-safe with busy threads (its lock, not tracepool's)";
+#endif
   // validate:off in the busy threads: the children check validate() themselves.
   auto a = host_allocator("validate:off,capture:native,capture_depth:8");
   tracepool_t* tp = tracepool_default();
