@@ -38,10 +38,13 @@ for kind in one many; do
   mkdir -p "$work/$kind"
   cp tests/fuzz/corpus/* "$work/$kind/"
   log="$work/$kind.log"
-  echo "== fuzzing inputs run by $kind thread(s) for ${seconds}s"
+  label="one thread"
+  [ "$kind" = one ] || label="2-4 threads"
+  echo "== fuzzing inputs run by $label for ${seconds}s"
   rc=0
   # TRACEPOOL_FUZZ_THREADS keeps the other kind of input out of this run.
-  TRACEPOOL_FUZZ_THREADS=$kind ASAN_OPTIONS="$asan_options" \
+  # TMPDIR: the reports the inputs write go under $work, which a crash keeps and success removes.
+  TMPDIR="$work" TRACEPOOL_FUZZ_THREADS=$kind ASAN_OPTIONS="$asan_options" \
     "$fuzzer" -max_total_time="$seconds" -print_final_stats=1 -max_len=2048 -timeout=30 -rss_limit_mb=4096 \
     -artifact_prefix="$artifacts/$kind-" "$work/$kind" >"$log" 2>&1 || rc=$?
   grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)" "$log" || true
@@ -57,8 +60,8 @@ for kind in one many; do
     tail -n 60 "$log"
     grep -E "Test unit written to|^artifact_prefix" "$log" || echo "fuzzer exited with $rc, no input saved (log: $log)"
   fi
-  summary+="$(printf '%-5s threads: %s executions, cov %s, ft %s, corpus %s inputs, crashes %s' \
-    "$kind" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$crashes")"$'\n'
+  summary+="$(printf '%-11s %s executions, cov %s, ft %s, corpus %s inputs, crashes %s' \
+    "$label:" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$crashes")"$'\n'
 done
 echo "== fuzz summary (${seconds}s per run)"
 printf '%s' "$summary"
