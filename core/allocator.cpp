@@ -69,6 +69,7 @@ void allocator::unlock_after_fork(bool child) {
   // In the child, with everything still locked: a backend the child cannot use (CUDA) takes its
   // device work with it, so that frees of inherited blocks wait for nothing.
   const bool forget = child && !backend_->usable_in_child();
+  if (forget) device_inherited_.store(true, std::memory_order_relaxed);
   backend_->unlock_after_fork();
   for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) (*it)->unlock_after_fork(forget);
   live_.unlock_all();
@@ -98,6 +99,7 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (size > max_request)
     return fail(status::invalid_argument, "malloc: %zu bytes is beyond the largest supported request (%zu bytes)",
                 size, max_request);
+  if (device_inherited_.load(std::memory_order_relaxed)) return refuse_inherited_device(device);
   const block_tag tag = tracer_->capture(size);  // before any lock
   device_cache& dev = *devices_[static_cast<size_t>(device)];
   block* b = nullptr;
@@ -132,6 +134,15 @@ status allocator::free(void* ptr) {
   }
   tracer_->on_free(site, requested);
   return status::ok;
+}
+
+// In a forked child whose backend is the parent's (Note [Fork]): cached memory is the parent's device
+// memory too, so nothing is handed out, cache or not. The backend says why.
+status allocator::refuse_inherited_device(int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (backend_->memory_info(device, &free_bytes, &total_bytes) != status::ok) return status::unavailable;
+  return fail(status::unavailable, "malloc: this process was forked from one whose %s device state it cannot use",
+              backend_->name());
 }
 
 // An address that is not a live block: say whether it is ours (double free, interior pointer) or not.

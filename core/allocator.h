@@ -67,6 +67,7 @@ class allocator final : public fork_participant {
   status check_device(int device) const;
   stream_pool* pool_of(int device, backend::stream_handle stream);
   status reject_free(void* ptr);
+  status refuse_inherited_device(int device);
   template <typename Fn>
   status for_devices(int device, Fn&& fn);
 
@@ -78,6 +79,7 @@ class allocator final : public fork_participant {
   const bool print_oom_report_;
 
   std::atomic<uint64_t> ooms_printed_{0};
+  std::atomic<bool> device_inherited_{false};  // a fork child's backend is its parent's (Note [Fork])
   std::mutex oom_mutex_;
   std::shared_ptr<const report> last_oom_;  // guarded by oom_mutex_
 };

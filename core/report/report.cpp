@@ -214,7 +214,7 @@ status build_report(allocator& a, const char* reason, report* out) {
       if (birth >= r.marks_made) continue;  // no mark made since
       // The newest kept mark with index < birth.
       const auto after = std::partition_point(r.marks.begin(), r.marks.end(),
-                                              [&](const mark_summary& m) { return m.index < birth; });
+                                              [born = birth](const mark_summary& m) { return m.index < born; });
       const int kept = static_cast<int>(after - r.marks.begin()) - 1;
       retained_summary& t = by_mark[kept];
       t.leak = i;

@@ -209,6 +209,8 @@ sanitizer_step() {
   append_log "compute-sanitizer $opts $(basename "$bin") $* (exit status $rc, $((SECONDS - start)) s)" "$log"
   read -r ran pass fail skip < <(gtest_counts "$log")
   summary=$(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1)
+  # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" instead.
+  if [[ -z $summary ]] && grep -qE 'RACECHECK SUMMARY: .*\(0 errors' "$log"; then summary='ERROR SUMMARY: 0 errors'; fi
   extra=$(grep -oE '(RACECHECK|LEAK) SUMMARY: .*' "$log" | tail -1)
   extra="$pass passed, $fail failed, $skip skipped of $ran${extra:+; $extra}; $((SECONDS - start)) s"
   if ((rc == 124 || rc == 137)); then
