@@ -120,6 +120,7 @@ default_state& default_slot() {
   }();
   return *d;
 }
+[[maybe_unused]] const bool default_registered_at_load = (default_slot(), true);  // Note [Fork]
 std::atomic<tracepool_t*> default_instance{nullptr};
 
 // Adapts a C frame provider (tracepool_set_frame_provider) to the core's interface.

@@ -11,12 +11,14 @@ namespace tracepool::core {
 namespace {
 
 // Leaked: a fork (or an allocator made by an atexit handler) may come after static destructors.
+// Both mutexes are held from prepare to after. Leaf locks are registered when the library loads
+// (static initialisers of the files that own them), so a registration never waits on a fork while
+// holding a lock that prepare needs.
 struct fork_registry {
-  std::mutex leaf_mutex;  // guards `leaves` only while they are registered; never held across fork
+  std::mutex leaf_mutex;  // guards `leaves`
   std::vector<std::mutex*> leaves;
-  std::mutex mutex;  // guards `participants`; held from prepare to after
+  std::mutex mutex;  // guards `participants`
   std::vector<fork_participant*> participants;
-  std::vector<std::mutex*> locked_leaves;  // what prepare took, for after
 };
 
 fork_registry& registry() {
@@ -29,11 +31,8 @@ std::atomic<bool> forked_child{false};
 
 void prepare() {
   fork_registry& r = registry();
-  {
-    std::lock_guard<std::mutex> lock(r.leaf_mutex);
-    r.locked_leaves = r.leaves;  // reserved by register_fork_lock: no allocation here
-  }
-  for (std::mutex* m : r.locked_leaves) m->lock();
+  r.leaf_mutex.lock();
+  for (std::mutex* m : r.leaves) m->lock();
   r.mutex.lock();
   for (fork_participant* p : r.participants) p->lock_for_fork();
 }
@@ -42,7 +41,8 @@ void after(bool child) {
   fork_registry& r = registry();
   for (auto it = r.participants.rbegin(); it != r.participants.rend(); ++it) (*it)->unlock_after_fork(child);
   r.mutex.unlock();
-  for (auto it = r.locked_leaves.rbegin(); it != r.locked_leaves.rend(); ++it) (*it)->unlock();
+  for (auto it = r.leaves.rbegin(); it != r.leaves.rend(); ++it) (*it)->unlock();
+  r.leaf_mutex.unlock();
 }
 
 void in_parent() {
@@ -69,7 +69,6 @@ void register_fork_lock(std::mutex* m) {
   std::lock_guard<std::mutex> lock(r.leaf_mutex);
   if (std::find(r.leaves.begin(), r.leaves.end(), m) != r.leaves.end()) return;
   r.leaves.push_back(m);
-  r.locked_leaves.reserve(r.leaves.size());
 }
 
 void register_fork_participant(fork_participant* p) {

@@ -34,7 +34,8 @@ class fork_participant {
   ~fork_participant() = default;
 };
 
-// A process-wide leaf lock (see Note [Fork]); the mutex must live as long as the process.
+// A process-wide leaf lock (see Note [Fork]); the mutex must live as long as the process, and is
+// registered while the library loads (a static initialiser of the file that owns it).
 void register_fork_lock(std::mutex* m);
 void register_fork_participant(fork_participant* p);
 void unregister_fork_participant(fork_participant* p);

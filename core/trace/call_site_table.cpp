@@ -57,7 +57,7 @@ site_record* call_site_table::slot_for(uint32_t id) {
   return &c[id & chunk_mask];
 }
 
-// Under sh.mutex.
+// Under sh.guard.
 uint32_t call_site_table::add(shard& sh, const key& k) {
   if ((sh.used + 1) * 2 > sh.slots.size()) {  // keep the load under one half
     std::vector<uint32_t> bigger(sh.slots.empty() ? 64 : sh.slots.size() * 2, 0);
@@ -94,7 +94,7 @@ uint32_t call_site_table::intern(const uintptr_t* frames, uint32_t depth, uint32
   key k{0, frames, depth, script_depth, tags};
   k.hash = hash_stack(frames, k.words(), depth, tags);
   shard& sh = shards_[k.hash % shard_count];
-  std::lock_guard<std::mutex> lock(sh.mutex);
+  std::lock_guard<spin_lock> lock(sh.guard);
   if (uint32_t id = find(sh, k); id != 0) return id;
   try {
     if (uint32_t id = add(sh, k); id != 0) return id;
@@ -110,13 +110,13 @@ void call_site_table::describe(uint32_t id, script_frame* described) {
 }
 
 void call_site_table::lock_all() {
-  for (shard& sh : shards_) sh.mutex.lock();
+  for (shard& sh : shards_) sh.guard.lock();
   chunk_mutex_.lock();
 }
 
 void call_site_table::unlock_all() {
   chunk_mutex_.unlock();
-  for (shard& sh : shards_) sh.mutex.unlock();
+  for (shard& sh : shards_) sh.guard.unlock();
 }
 
 void call_site_table::on_alloc(uint32_t id, int64_t bytes, int64_t blocks) {

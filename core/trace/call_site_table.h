@@ -7,8 +7,11 @@
 //   - the counters are in weighted units (see sampler.h): bytes are estimated bytes, blocks are
 //     estimated blocks times block_unit. With sampling off every weight is 1 and they are exact.
 //
-// Locking: one mutex per shard (chosen by hash) guards that shard's index; interning a stack seen
-// before costs a hash, one uncontended lock and a compare. Counters are relaxed atomics.
+// Locking: one spin lock per shard (chosen by hash) guards that shard's index; interning a stack seen
+// before costs a hash, one uncontended lock and a compare. A new site's record is made under it (a
+// host allocation, once per site). Spin locks rather than mutexes also because fork() takes every
+// shard (Note [Fork]), and TSan's deadlock detector cannot follow one thread holding more than 64
+// mutexes. Counters are relaxed atomics.
 #pragma once
 
 #include <atomic>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "script_frames.h"
+#include "spin_lock.h"
 
 namespace tracepool::core {
 
@@ -91,7 +95,7 @@ class call_site_table {
   static constexpr size_t shard_count = 64;
 
   struct shard {
-    std::mutex mutex;
+    spin_lock guard;
     std::vector<uint32_t> slots;  // open addressing; 0 = empty
     size_t used = 0;
   };

@@ -24,7 +24,6 @@ class range_list {
   static constexpr size_t capacity = 8;
   // false if full; adding a range whose begin is known is a no-op.
   bool add(code_range r) {
-    register_fork_lock(&mutex_);
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t n = count_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i)
@@ -35,6 +34,7 @@ class range_list {
     count_.store(n + 1, std::memory_order_release);
     return true;
   }
+  std::mutex& mutex() { return mutex_; }
   // A return address points just past its call, which may be a range's last byte + 1.
   bool holds_return_address(uintptr_t return_address) const {
     const uintptr_t pc = return_address - 1;
@@ -55,31 +55,41 @@ range_list interpreters;  // the modules (executable or libpython) that hold the
 range_list bindings;      // modules of bindings that call tracepool
 static_assert(range_list::capacity == max_bindings_modules);
 
-// File and function names, each stored once for the life of the process (never destroyed, so
-// that reports made from atexit handlers find them).
-const char* intern(std::string_view text) {
-  static std::mutex* mutex = [] {
-    auto* made = new std::mutex;
-    register_fork_lock(made);
+// Leaked, so that reports made from atexit handlers find them: file and function names, each stored
+// once for the life of the process, and every provider ever registered.
+struct script_state {
+  std::mutex strings_mutex;
+  std::unordered_set<std::string> strings;
+  std::mutex providers_mutex;
+  std::vector<script_provider*> providers;  // kept for good, and reachable: a capture may still use one
+};
+
+script_state& state() {
+  static script_state* s = [] {
+    auto* made = new script_state();
+    // Before fork() (Note [Fork]); registered when the library loads, before any use.
+    for (std::mutex* m : {&made->strings_mutex, &made->providers_mutex, &loops.mutex(), &interpreters.mutex(),
+                          &bindings.mutex()})
+      register_fork_lock(m);
     return made;
   }();
-  static auto* strings = new std::unordered_set<std::string>;
-  std::lock_guard<std::mutex> lock(*mutex);
-  return strings->emplace(text).first->c_str();
+  return *s;
+}
+[[maybe_unused]] const bool registered_at_load = (state(), true);
+
+const char* intern(std::string_view text) {
+  script_state& s = state();
+  std::lock_guard<std::mutex> lock(s.strings_mutex);
+  return s.strings.emplace(text).first->c_str();
 }
 
 }  // namespace
 
 void set_script_provider(script_provider* p) {
-  if (p != nullptr) {  // kept for good, and reachable: a capture on another thread may still use it
-    static std::mutex* mutex = [] {
-      auto* made = new std::mutex;
-      register_fork_lock(made);
-      return made;
-    }();
-    static auto* every = new std::vector<script_provider*>;
-    std::lock_guard<std::mutex> lock(*mutex);
-    every->push_back(p);
+  if (p != nullptr) {
+    script_state& s = state();
+    std::lock_guard<std::mutex> lock(s.providers_mutex);
+    s.providers.push_back(p);
   }
   if (p != nullptr && p->eval_begin() < p->eval_end()) {
     loops.add(code_range{p->eval_begin(), p->eval_end()});

@@ -83,6 +83,7 @@ std::mutex& workers_mutex() {
   }();
   return *m;
 }
+[[maybe_unused]] const bool registered_at_load = (workers_mutex(), true);  // before fork() (Note [Fork])
 worker* current_worker = nullptr;  // guarded by workers_mutex()
 
 }  // namespace

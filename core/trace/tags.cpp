@@ -36,6 +36,8 @@ tag_registry& registry() {
   return *r;
 }
 
+[[maybe_unused]] const bool registered_at_load = (registry(), true);  // before fork() (Note [Fork])
+
 thread_local uint32_t tls_tags = 0;
 
 }  // namespace

@@ -85,11 +85,19 @@ bool tracing() {
   return on;
 }
 
+// Operations run in this process (each checked against the model), printed at exit for run.sh.
+std::atomic<uint64_t> operations_run{0};
+const int print_operations_at_exit = std::atexit([] {
+  std::fprintf(stderr, "api_fuzzer: %llu operations run\n",
+               static_cast<unsigned long long>(operations_run.load()));
+});
+
 class runner {
  public:
   runner(instance& in, thread_state& t) : in_(in), m_(in.m), t_(t), where(t.where) {}
 
   void run(const op& o) {
+    operations_run.fetch_add(1, std::memory_order_relaxed);
     std::snprintf(t_.where, sizeof t_.where, "op #%zu %s, thread %d", o.index, op_names[o.code], t_.id);
     if (tracing()) {
       std::fprintf(stderr, "api_fuzzer: %s:", where);

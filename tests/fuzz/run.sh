@@ -49,6 +49,7 @@ for kind in one many; do
     -artifact_prefix="$artifacts/$kind-" "$work/$kind" >"$log" 2>&1 || rc=$?
   grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)" "$log" || true
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+  ops="$(sed -n 's/^api_fuzzer: \([0-9]*\) operations run$/\1/p' "$log" | tail -1)"
   done_line="$(grep -E "^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)" "$log" | tail -1 || true)"
   cov="$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$done_line")"
   ft="$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$done_line")"
@@ -60,8 +61,8 @@ for kind in one many; do
     tail -n 60 "$log"
     grep -E "Test unit written to|^artifact_prefix" "$log" || echo "fuzzer exited with $rc, no input saved (log: $log)"
   fi
-  summary+="$(printf '%-11s %s executions, cov %s, ft %s, corpus %s inputs, crashes %s' \
-    "$label:" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$crashes")"$'\n'
+  summary+="$(printf '%-11s %s executions (%s C API operations), cov %s, ft %s, corpus %s inputs, crashes %s' \
+    "$label:" "${execs:-?}" "${ops:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$crashes")"$'\n'
 done
 echo "== fuzz summary (${seconds}s per run)"
 printf '%s' "$summary"

@@ -173,7 +173,10 @@ TEST_F(ReportPath, AFifoWithoutAReaderIsAnErrorNotAHang) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::alarm(30);
-    const int rc = tracepool_write_report(tp, fifo.c_str(), "json");
+    // The writer reports share, without a report: making one starts the symbolizer's thread, which
+    // TSan forbids in a child of a process with threads (die_after_fork).
+    const std::string text = "{}\n";
+    const int rc = tracepool_write_file(fifo.c_str(), text.data(), text.size());
     const bool said = std::strstr(tracepool_last_error(), "no process is reading the FIFO") != nullptr;
     if (!said) std::fprintf(stderr, "child: rc %d: %s\n", rc, tracepool_last_error());
     ::_exit(rc == TRACEPOOL_ERR_INVALID_ARGUMENT && said ? 0 : 1);
