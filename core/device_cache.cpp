@@ -158,9 +158,10 @@ status device_cache::grow(size_t rounded, pool_kind kind, uint32_t site, segment
 status device_cache::release(const std::vector<segment*>& segments) {
   status result = status::ok;
   for (segment* seg : segments) {
+    decltype(segments_)::node_type entry;  // kept, so that putting it back allocates nothing
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      segments_.erase(seg->ptr);
+      entry = segments_.extract(seg->ptr);
       segment_stats_.decrease(stat_kind::segment, seg->kind, 1);
       segment_stats_.decrease(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
       releasing_ += seg->size;
@@ -181,7 +182,7 @@ status device_cache::release(const std::vector<segment*>& segments) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       releasing_ -= seg->size;
-      segments_.emplace(seg->ptr, seg);
+      segments_.insert(std::move(entry));
       segment_stats_.increase(stat_kind::segment, seg->kind, 1);
       segment_stats_.increase(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
     }
