@@ -85,11 +85,21 @@ bool tracing() {
   return on;
 }
 
-// Operations run in this process (each checked against the model), printed at exit for run.sh.
+// Operations run in this process (each checked against the model), and the bad inputs among them
+// refused with exactly the status the model predicted, by status; printed at exit for run.sh.
 std::atomic<uint64_t> operations_run{0};
+std::atomic<uint64_t> refused_as_predicted[10];  // index -status
 const int print_operations_at_exit = std::atexit([] {
   std::fprintf(stderr, "api_fuzzer: %llu operations run\n",
                static_cast<unsigned long long>(operations_run.load()));
+  std::fprintf(stderr, "api_fuzzer: bad inputs refused as predicted:");
+  for (int s = 1; s < 10; ++s)
+    if (const uint64_t n = refused_as_predicted[s].load(); n != 0) {
+      const char* name = tracepool_status_string(-s);  // "TRACEPOOL_ERR_X: words": the name only
+      std::fprintf(stderr, " %.*s %llu", static_cast<int>(std::strcspn(name, ":")), name,
+                   static_cast<unsigned long long>(n));
+    }
+  std::fprintf(stderr, "\n");
 });
 
 class runner {
@@ -177,6 +187,7 @@ class runner {
  private:
   void expect(int rc, int want, const char* call) {
     FUZZ_EXPECT(rc == want, "%s returned %d (%s), expected %d", call, rc, tracepool_status_string(rc), want);
+    if (want < 0 && want > -10) refused_as_predicted[-want].fetch_add(1, std::memory_order_relaxed);
   }
 
   void malloc_op(size_t size, int device, void* stream) {

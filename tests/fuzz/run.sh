@@ -50,6 +50,7 @@ for kind in one many; do
   grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)" "$log" || true
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   ops="$(sed -n 's/^api_fuzzer: \([0-9]*\) operations run$/\1/p' "$log" | tail -1)"
+  grep -E "^api_fuzzer: bad inputs refused" "$log" | tail -1 || true
   done_line="$(grep -E "^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)" "$log" | tail -1 || true)"
   cov="$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$done_line")"
   ft="$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$done_line")"
