@@ -29,6 +29,17 @@ inline std::string scratch_dir() {
   return dir;
 }
 
+// A host-backend instance (every invariant checked) and a scratch directory, for the file tests.
+struct HostInstanceTest : ::testing::Test {
+  tracepool_t* tp = nullptr;
+  std::string dir;
+  void SetUp() override {
+    ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK);
+    dir = scratch_dir();
+  }
+  void TearDown() override { tracepool_destroy(tp); }
+};
+
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

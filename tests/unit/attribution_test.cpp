@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "report_support.h"
+#include "sanitizers.h"
 #include "tracepool/tracepool.h"
 
 namespace {
@@ -397,11 +398,9 @@ void allocate_in_every_shape(tracepool_t* tp) {
 TEST_F(Attribution, UnwindersAgreeFrameForFrame) {
   std::vector<std::pair<std::string, json>> stacks;  // unwinder, bytes -> addresses
   json slow_before;
-#if defined(__SANITIZE_THREAD__)
-  const char* const unwinders[] = {"boost", "cfi"};  // libunwind's thread-exit cleanup crashes TSan (unwinder.cpp)
-#else
-  const char* const unwinders[] = {"boost", "cfi", "libunwind"};
-#endif
+  // libunwind's thread-exit cleanup crashes TSan (unwinder.cpp).
+  std::vector<const char*> unwinders = {"boost", "cfi"};
+  if (!tracepool::testing::tsan_build) unwinders.push_back("libunwind");
   for (const char* unwinder : unwinders) {
     tracepool_t* other = nullptr;
     const std::string conf = std::string("backend:host,capture_depth:64,unwinder:") + unwinder;

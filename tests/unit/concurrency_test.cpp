@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "sanitizers.h"
 #include "test_support.h"
 
 namespace tracepool::core {
@@ -59,11 +60,7 @@ TEST(Concurrency, EmptyCacheRacingGrowLosesNoSegmentAndNoBlock) {
   tally t;
   // Before the fix about half the runs of this size failed (4 of 6). The sanitizers run it 70x (TSan)
   // and 90x (ASan) slower: a tenth of the operations there still interleaves the threads thoroughly.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr int threads = 4, ops = 40000;
-#else
-  constexpr int threads = 4, ops = 400000;
-#endif
+  constexpr int threads = 4, ops = testing::sanitized_build ? 40000 : 400000;
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) pool.emplace_back(churn, std::ref(*a), 17 + i, ops, &t);
   for (auto& th : pool) th.join();

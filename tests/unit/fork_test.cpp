@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "report/report.h"
+#include "sanitizers.h"
 #include "test_support.h"
 #include "trace/tags.h"
 #include "tracepool/tracepool.h"
@@ -23,14 +24,6 @@ namespace {
 using testing::current;
 using testing::host_allocator;
 using testing::stats_of;
-
-// TSan kills a child of a multi-threaded process that starts a thread (its die_after_fork), and a
-// report starts the symbolizer's: under TSan the children make no report.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool thread_sanitizer = true;
-#else
-constexpr bool thread_sanitizer = false;
-#endif
 
 // Child exit codes, so the parent can say what went wrong.
 enum child_result { child_ok = 0, child_malloc = 10, child_free, child_validate, child_report, child_tag, child_capi };
@@ -76,12 +69,11 @@ int wait_bounded(pid_t pid, int seconds, bool* hung) {
 }
 
 TEST(Fork, ChildrenOfABusyProcessNeverHangAndInheritAConsistentPool) {
-#if defined(__SANITIZE_ADDRESS__)
   // Seen with gdb (gcc 12's libasan): a child hung inside ASan's own allocator, whose region lock
   // another thread of the parent held at fork() (libasan of this vintage takes no lock around
   // fork). glibc's malloc, which the other builds use, is fork-safe; TSan's fork handling is too.
-  GTEST_SKIP() << "ASan's allocator is not fork-safe with busy threads (its lock, not tracepool's)";
-#endif
+  if (testing::asan_build)
+    GTEST_SKIP() << "ASan's allocator is not fork-safe with busy threads (its lock, not tracepool's)";
   // validate:off in the busy threads: the children check validate() themselves.
   auto a = host_allocator("validate:off,capture:native,capture_depth:8");
   tracepool_t* tp = tracepool_default();
@@ -124,7 +116,9 @@ TEST(Fork, ChildrenOfABusyProcessNeverHangAndInheritAConsistentPool) {
     std::this_thread::sleep_for(std::chrono::microseconds(500 + 97 * i));  // land at different moments
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) _exit(child_work(*a, i % 4 == 0 && !thread_sanitizer));
+    // TSan kills a child of a multi-threaded process that starts a thread (its die_after_fork), and
+    // a report starts the symbolizer's: under TSan the children make no report.
+    if (pid == 0) _exit(child_work(*a, i % 4 == 0 && !testing::tsan_build));
     bool child_hung = false;
     const int rc = wait_bounded(pid, 60, &child_hung);
     if (child_hung) ++hung;

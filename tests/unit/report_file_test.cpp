@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "report_support.h"
+#include "sanitizers.h"
 #include "tracepool/tracepool.h"
 
 extern char** environ;
@@ -64,14 +65,7 @@ mode_t file_type(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 ? (st.st_mode & S_IFMT) : 0;
 }
 
-struct ReportPath : ::testing::Test {
-  tracepool_t* tp = nullptr;
-  std::string dir;
-  void SetUp() override {
-    ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK);
-    dir = scratch_dir();
-  }
-  void TearDown() override { tracepool_destroy(tp); }
+struct ReportPath : tracepool::testing::HostInstanceTest {
   std::string error() const { return tracepool_last_error(); }
 };
 
@@ -332,15 +326,11 @@ TEST(WriteFile, AReaderThatLeftIsAnErrorNotASignal) {
 
 // ---- A process killed while it writes its exit report ----------------------------------------------
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 // A sanitized Debug child takes ~100x as long to build the report (48 s for 6000 sites): fewer
 // sites and fewer kill moments keep the suite's time in bounds, and the invariants are the same.
-constexpr long big_report_sites = 600;
-constexpr int kill_moments[] = {-1, 0, 5};
-#else
-constexpr long big_report_sites = 6000;
-constexpr int kill_moments[] = {-1, 0, -1, 1, 5, 20, 80};
-#endif
+constexpr bool sanitized = tracepool::testing::sanitized_build;
+constexpr long big_report_sites = sanitized ? 600 : 6000;
+const std::vector<int> kill_moments = sanitized ? std::vector<int>{-1, 0, 5} : std::vector<int>{-1, 0, -1, 1, 5, 20, 80};
 
 // The exit-report child leaking big_report_sites sites, stdout to a pipe (*out_fd).
 pid_t spawn_big_child(const std::string& report, int* out_fd) {

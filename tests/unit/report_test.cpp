@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "report_support.h"
+#include "sanitizers.h"
 #include "tracepool/tracepool.h"
 
 extern char** environ;
@@ -87,11 +88,7 @@ TEST(ExitReport, AnUnwritablePathIsReportedNotFatal) {
 // exit() from another thread while three more allocate and free: the report is written whole while
 // they run, they go on through the static destructors, and the process exits cleanly.
 TEST(ExitReport, ExitFromAnotherThreadWhileOthersAllocateIsClean) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  constexpr int rounds = 2;  // a sanitized child takes ~10 s to reach its exit
-#else
-  constexpr int rounds = 6;
-#endif
+  constexpr int rounds = tracepool::testing::sanitized_build ? 2 : 6;  // a sanitized child takes ~10 s to exit
   for (int round = 0; round < rounds; ++round) {
     const std::string path = scratch_dir() + "/threads" + std::to_string(round) + ".json";
     std::string err;
@@ -123,15 +120,7 @@ TEST(ExitReport, WrittenEarlyItIsTheOnlyOne) {
   EXPECT_EQ(r["leaks"][0]["bytes"], 7 * 12345);
 }
 
-struct ReportFile : ::testing::Test {
-  tracepool_t* tp = nullptr;
-  std::string dir;
-  void SetUp() override {
-    ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK);
-    dir = scratch_dir();
-  }
-  void TearDown() override { tracepool_destroy(tp); }
-};
+struct ReportFile : tracepool::testing::HostInstanceTest {};
 
 TEST_F(ReportFile, ASymlinkAtThePathIsRefusedAndLeftAlone) {
   const std::string victim = dir + "/victim", path = dir + "/report.json";
