@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "config.h"
+#include "base/config.h"
 #include "device_cache.h"
-#include "fork_guard.h"
+#include "base/fork_guard.h"
 #include "pointer_map.h"
 #include "trace/tracer.h"
 

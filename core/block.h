@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "size_class.h"
+#include "base/size_class.h"
 #include "trace/block_tag.h"
 
 namespace tracepool::core {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "block.h"
-#include "spin_lock.h"
+#include "base/spin_lock.h"
 
 namespace tracepool::core {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "size_class.h"
+#include "base/size_class.h"
 
 namespace tracepool::core {
 

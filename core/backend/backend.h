@@ -18,7 +18,8 @@
 #include <memory>
 #include <string>
 
-#include "../status.h"
+#include "base/config.h"
+#include "base/status.h"
 
 namespace tracepool::backend {
 
@@ -68,14 +69,8 @@ class backend {
   virtual status release_hold(void* hold) noexcept = 0;
 };
 
-// Options of the host backend (TRACEPOOL_CONF keys host_devices, host_capacity, fail_*).
-struct host_options {
-  int devices = 1;
-  size_t capacity = size_t{16} << 30;  // emulated bytes per device
-  size_t fail_alloc = 0;                // fail the k-th allocate() call with out_of_memory (1-based; 0 = never)
-  size_t fail_call = 0;                 // fail the k-th fallible call of any kind with backend_error (host_ledger)
-  size_t fail_above = 0;                // fail every allocate() larger than this many bytes (0 = never)
-};
+// Options of the host backend: base/config.h (host_options), since TRACEPOOL_CONF sets them.
+using core::host_options;
 
 std::unique_ptr<backend> make_host_backend(const host_options& options);
 

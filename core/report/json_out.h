@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "utf8.h"
+#include "base/utf8.h"
 
 namespace tracepool::core {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "stats.h"
-#include "status.h"
+#include "base/status.h"
 #include "trace/call_site_table.h"
 #include "trace/symbolizer.h"
 

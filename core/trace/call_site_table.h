@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "script_frames.h"
-#include "spin_lock.h"
+#include "base/spin_lock.h"
 
 namespace tracepool::core {
 

@@ -7,7 +7,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "fork_guard.h"
+#include "base/fork_guard.h"
 #include "unwinder.h"
 
 namespace tracepool::core {

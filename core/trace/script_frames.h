@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "status.h"
+#include "base/status.h"
 
 namespace tracepool::core {
 

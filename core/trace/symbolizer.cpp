@@ -15,7 +15,7 @@
 #endif
 #include <boost/stacktrace/frame.hpp>
 
-#include "fork_guard.h"
+#include "base/fork_guard.h"
 
 namespace tracepool::core {
 

@@ -5,8 +5,8 @@
 #include <mutex>
 #include <utility>
 
-#include "fork_guard.h"
-#include "utf8.h"
+#include "base/fork_guard.h"
+#include "base/utf8.h"
 
 namespace tracepool::core {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "status.h"
+#include "base/status.h"
 
 namespace tracepool::core {
 

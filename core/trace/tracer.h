@@ -15,7 +15,7 @@
 
 #include "block_tag.h"
 #include "call_site_table.h"
-#include "config.h"
+#include "base/config.h"
 #include "sampler.h"
 #include "unwinder.h"
 

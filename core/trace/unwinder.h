@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "config.h"
-#include "status.h"
+#include "base/config.h"
+#include "base/status.h"
 
 namespace tracepool::core {
 

@@ -6,10 +6,18 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/backend.h"
-#include "status.h"
+#include "base/status.h"
 
 namespace tracepool::core {
+
+// Options of the host backend (TRACEPOOL_CONF keys host_devices, host_capacity, fail_*).
+struct host_options {
+  int devices = 1;
+  size_t capacity = size_t{16} << 30;  // emulated bytes per device
+  size_t fail_alloc = 0;                // fail the k-th allocate() call with out_of_memory (1-based; 0 = never)
+  size_t fail_call = 0;                 // fail the k-th fallible call of any kind with backend_error (host_ledger)
+  size_t fail_above = 0;                // fail every allocate() larger than this many bytes (0 = never)
+};
 
 enum class backend_choice { automatic, cuda, host };
 
@@ -30,7 +38,7 @@ enum class unwinder_choice { automatic, libunwind, cfi, boost };
 
 struct config {
   backend_choice backend = backend_choice::automatic;  // backend: auto | cuda | host
-  backend::host_options host;                          // host_devices, host_capacity, fail_alloc, fail_call, fail_above
+  host_options host;                                  // host_devices, host_capacity, fail_alloc, fail_call, fail_above
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
 

@@ -1,4 +1,4 @@
-#include "fork_guard.h"
+#include "base/fork_guard.h"
 
 #include <pthread.h>
 

@@ -1,4 +1,4 @@
-#include "config.h"
+#include "base/config.h"
 
 #include <cerrno>
 #include <cmath>
@@ -144,7 +144,7 @@ status parse_config(const char* text, config* out) {
   const bool faults = c.host.fail_alloc != 0 || c.host.fail_call != 0 || c.host.fail_above != 0;
   if (faults && c.backend != backend_choice::host)
     return fail(status::bad_config, "TRACEPOOL_CONF: fail_alloc, fail_call and fail_above need backend:host");
-  const backend::host_options defaults;
+  const host_options defaults;
   if (c.backend == backend_choice::cuda && (c.host.devices != defaults.devices || c.host.capacity != defaults.capacity))
     return fail(status::bad_config, "TRACEPOOL_CONF: host_devices and host_capacity do not apply to backend:cuda");
   *out = c;
