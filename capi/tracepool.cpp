@@ -13,10 +13,12 @@
 #include <string>
 
 #include "allocator.h"
-#include "config.h"
-#include "fork_guard.h"
+#include "base/config.h"
+#include "base/fork_guard.h"
+#include "base/status.h"
+#include "handle.h"
+#include "report/oom_reporter.h"
 #include "report/report.h"
-#include "status.h"
 #include "trace/script_frames.h"
 #include "trace/tags.h"
 
@@ -34,30 +36,12 @@ static_assert(TRACEPOOL_ERR_BACKEND == static_cast<int>(status::backend_error));
 static_assert(TRACEPOOL_ERR_UNAVAILABLE == static_cast<int>(status::unavailable));
 static_assert(TRACEPOOL_ERR_INTERNAL == static_cast<int>(status::internal));
 
-struct tracepool_s {
-  std::unique_ptr<core::allocator> impl;
-  bool is_default = false;
-};
-
 namespace {
 
-int code(status s) { return static_cast<int>(s); }
-
-// Runs `body` (returning a status) with every exception turned into TRACEPOOL_ERR_INTERNAL.
-template <typename Body>
-int guarded(const char* what, Body&& body) noexcept {
-  try {
-    return code(body());
-  } catch (const std::bad_alloc&) {
-    return code(tracepool::fail(status::internal, "%s: host memory exhausted", what));
-  } catch (const std::exception& e) {
-    return code(tracepool::fail(status::internal, "%s: %s", what, e.what()));
-  } catch (...) {
-    return code(tracepool::fail(status::internal, "%s: unknown exception", what));
-  }
-}
-
-status null_handle(const char* what) { return tracepool::fail(status::invalid_argument, "%s: handle is NULL", what); }
+using tracepool::capi::code;
+using tracepool::capi::copy_out;
+using tracepool::capi::guarded;
+using tracepool::capi::null_handle;
 
 status create(const char* conf, bool is_default, tracepool_t** out) {
   core::config cfg;
@@ -65,6 +49,8 @@ status create(const char* conf, bool is_default, tracepool_t** out) {
   cfg.own_code = reinterpret_cast<const void*>(&tracepool_malloc);  // frames in this library are ours
   auto tp = std::make_unique<tracepool_s>();
   if (status s = core::allocator::create(cfg, &tp->impl); s != status::ok) return s;
+  tp->oom = std::make_unique<core::oom_reporter>(*tp->impl, cfg.oom_report);
+  if (status s = tp->impl->subscribe(tp->oom.get()); s != status::ok) return s;
   tp->is_default = is_default;
   *out = tp.release();
   return status::ok;
@@ -147,13 +133,6 @@ class c_frame_provider final : public core::script_provider {
   const tracepool_frame_provider_t p_;
 };
 
-status copy_out(const std::string& text, char** out) {
-  char* s = static_cast<char*>(std::malloc(text.size() + 1));
-  if (s == nullptr) return tracepool::fail(status::internal, "host memory exhausted (%zu bytes)", text.size() + 1);
-  std::memcpy(s, text.c_str(), text.size() + 1);
-  *out = s;
-  return status::ok;
-}
 
 // Set by the first writer of the TRACEPOOL_REPORT exit report: tracepool_write_exit_report (a host
 // whose exit skips C's atexit handlers, as CPython's after Ctrl-C) or the atexit handler, whichever
@@ -171,7 +150,7 @@ int write_exit_report_once() {
   if (exit_report_taken.exchange(true)) return TRACEPOOL_OK;
   const int rc = guarded("report at exit", [&] {
     core::report r;
-    if (status s = tp->impl->make_report("exit", &r); s != status::ok) return s;
+    if (status s = core::build_report(*tp->impl, "exit", &r); s != status::ok) return s;
     return core::write_report_to(r, path, nullptr);
   });
   if (rc != TRACEPOOL_OK) std::fprintf(stderr, "tracepool: TRACEPOOL_REPORT=%s: %s\n", path, tracepool::last_error());
@@ -348,7 +327,9 @@ int tracepool_mark(tracepool_t* tp, const char* label) {
 int tracepool_write_report(tracepool_t* tp, const char* path, const char* format) {
   return guarded("tracepool_write_report", [&] {
     if (tp == nullptr) return null_handle("tracepool_write_report");
-    return tp->impl->write_report(path, format);
+    core::report r;
+    if (status s = core::build_report(*tp->impl, "demand", &r); s != status::ok) return s;
+    return core::write_report_to(r, path, format);
   });
 }
 
@@ -362,19 +343,8 @@ int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
       return tracepool::fail(status::invalid_argument, "tracepool_report_string: format '%s': expected json or text",
                              f.c_str());
     core::report r;
-    if (status s = tp->impl->make_report("demand", &r); s != status::ok) return s;
+    if (status s = core::build_report(*tp->impl, "demand", &r); s != status::ok) return s;
     return copy_out(f == "json" ? core::to_json(r) : core::to_text(r), out);
-  });
-}
-
-int tracepool_snapshot_string(tracepool_t* tp, char** out) {
-  return guarded("tracepool_snapshot_string", [&] {
-    if (tp == nullptr) return null_handle("tracepool_snapshot_string");
-    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_snapshot_string: out is NULL");
-    *out = nullptr;
-    std::string text;
-    if (status s = core::build_snapshot_json(*tp->impl, &text); s != status::ok) return s;
-    return copy_out(text, out);
   });
 }
 
@@ -407,7 +377,7 @@ int tracepool_add_bindings_module(const void* address) {
 int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format) {
   return guarded("tracepool_write_oom_report", [&] {
     if (tp == nullptr) return null_handle("tracepool_write_oom_report");
-    return tp->impl->write_oom_report(path, format);
+    return tp->oom->write_last(path, format);
   });
 }
 

@@ -1,10 +1,9 @@
 #include "allocator.h"
 
 #include <atomic>
-#include <cstdio>
 #include <new>
+#include <string>
 
-#include "report/report.h"
 #include "trace/tags.h"
 
 namespace tracepool::core {
@@ -39,30 +38,35 @@ status choose_backend(const config& cfg, std::unique_ptr<backend::backend>* out)
 status allocator::create(const config& cfg, std::unique_ptr<allocator>* out) {
   std::unique_ptr<tracer> tr;
   if (status s = tracer::create(cfg, &tr); s != status::ok) return s;
+  std::unique_ptr<history> h;
+  if (cfg.history != 0)
+    if (status s = history::create(cfg.history, &h); s != status::ok) return s;
   std::unique_ptr<backend::backend> be;
   if (status s = choose_backend(cfg, &be); s != status::ok) return s;
-  out->reset(new allocator(cfg, std::move(be), std::move(tr)));
+  out->reset(new allocator(cfg, std::move(be), std::move(tr), std::move(h)));
   return status::ok;
 }
 
-allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr)
+allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr,
+                     std::unique_ptr<history> h)
     : instance_(next_instance.fetch_add(1)),
       backend_(std::move(be)),
       tracer_(std::move(tr)),
-      print_oom_report_(cfg.oom_report) {
+      history_(std::move(h)) {
+  (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
+  if (history_ != nullptr) (void)observers_.subscribe(history_.get());
   for (int d = 0; d < backend_->device_count(); ++d)
-    devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate));
+    devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate, observers_));
   register_fork_participant(this);
 }
 
 allocator::~allocator() { unregister_fork_participant(this); }
 
 void allocator::lock_for_fork() {
-  tracer_->lock_for_fork();
-  oom_mutex_.lock();
   live_.lock_all();
   for (auto& dev : devices_) dev->lock_for_fork();
   backend_->lock_for_fork();
+  observers_.lock_for_fork();
 }
 
 void allocator::unlock_after_fork(bool child) {
@@ -70,11 +74,10 @@ void allocator::unlock_after_fork(bool child) {
   // device work with it, so that frees of inherited blocks wait for nothing.
   const bool forget = child && !backend_->usable_in_child();
   if (forget) device_inherited_.store(true, std::memory_order_relaxed);
+  observers_.unlock_after_fork();
   backend_->unlock_after_fork();
   for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) (*it)->unlock_after_fork(forget);
   live_.unlock_all();
-  oom_mutex_.unlock();
-  tracer_->unlock_after_fork();
 }
 
 status allocator::check_device(int device) const {
@@ -102,16 +105,18 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (device_inherited_.load(std::memory_order_relaxed)) return refuse_inherited_device(device);
   const block_tag tag = tracer_->capture(size);  // before any lock
   device_cache& dev = *devices_[static_cast<size_t>(device)];
+  stream_pool* pool = pool_of(device, stream);
   block* b = nullptr;
-  if (status s = dev.malloc(pool_of(device, stream), size, tag, &b); s != status::ok)
-    return s == status::out_of_memory ? out_of_memory(device, size) : s;
+  if (status s = dev.malloc(pool, size, tag, &b); s != status::ok)
+    return s == status::out_of_memory ? out_of_memory(device, size, stream, tag.site) : s;
   try {
     live_.insert(b->ptr, b);
   } catch (const std::bad_alloc&) {
-    (void)dev.free(b);  // nothing lost: the block goes back before the error is reported
+    bool taken = false;
+    (void)dev.free(b, &taken);  // nothing lost: the block goes back before the error is reported
     return fail(status::internal, "malloc: host memory exhausted while recording the block");
   }
-  tracer_->on_alloc(tag.site, size);
+  observers_.alloc(block_event{b->ptr, b->size, size, device, stream, tag.site, tag.birth});
   *out = b->ptr;
   return status::ok;
 }
@@ -120,20 +125,22 @@ status allocator::free(void* ptr) {
   if (ptr == nullptr) return status::ok;
   block* b = live_.take(ptr);
   if (b == nullptr) return reject_free(ptr);
-  const uint32_t site = b->site;  // ours alone until freed: no other thread touches these fields
-  const size_t requested = b->requested;
+  // Ours alone until the pool has it: no other thread touches these fields. Told before the pool
+  // takes it back (Note [Observers]).
+  const block_event e{b->ptr, b->size, b->requested, b->seg->device, b->seg->owner->stream(), b->site, b->birth};
+  observers_.free(e);
   status s;
+  bool taken = false;
   try {
-    s = devices_[static_cast<size_t>(b->seg->device)]->free(b);
+    s = devices_[static_cast<size_t>(e.device)]->free(b, &taken);
   } catch (const std::bad_alloc&) {
     s = fail(status::internal, "free(%p): host memory exhausted", ptr);
   }
-  if (s != status::ok) {
+  if (!taken) {
     live_.insert(ptr, b);  // still live: nothing lost, the caller may free it again
-    return s;
+    observers_.alloc(e);
   }
-  tracer_->on_free(site, requested);
-  return status::ok;
+  return s;
 }
 
 // In a forked child whose backend is the parent's (Note [Fork]): cached memory is the parent's device
@@ -233,58 +240,23 @@ status allocator::mark(const char* label) {
   if (status s = check_label("mark", label); s != status::ok) return s;
   int64_t live = 0;
   for (auto& dev : devices_) live += dev->stats().table.at(stat_kind::requested_bytes, all_pools).current;
-  return tracer_->mark(label, live);
+  return observers_.mark(mark_event{label, live});
 }
 
-status allocator::make_report(const char* reason, report* out) { return build_report(*this, reason, out); }
-
-status allocator::write_report(const char* path, const char* format) {
-  report r;
-  if (status s = make_report("demand", &r); s != status::ok) return s;
-  return write_report_to(r, path, format);
-}
-
-status allocator::write_oom_report(const char* path, const char* format) {
-  std::shared_ptr<const report> r;
-  {
-    std::lock_guard<std::mutex> lock(oom_mutex_);
-    r = last_oom_;
-  }
-  if (r == nullptr) return fail(status::invalid_argument, "write_oom_report: no allocation has failed with out of memory");
-  return write_report_to(*r, path, format);
-}
-
-// The device said no after the cache was emptied. Say who holds the memory: a report is built (no
-// allocator lock is held here), kept for write_oom_report, and its top sites are appended to the
-// error message. Unless oom_report:off, the first one is printed whole; later ones print one line
-// each, since a program that catches OOM and retries smaller (a batch-size search) meets many.
-status allocator::out_of_memory(int device, size_t size) {
-  const std::string message = last_error();
+// The device said no after the cache was emptied. The observers are told (no allocator lock is held:
+// the OOM reporter builds its report here) and may add lines to the error message.
+status allocator::out_of_memory(int device, size_t size, backend::stream_handle stream, uint32_t site) {
+  const std::string message = last_error();  // the device cache's words, before anything else fails
+  size_t free_bytes = 0, total_bytes = 0;
+  (void)backend_->memory_info(device, &free_bytes, &total_bytes);
+  std::string detail;
   try {
-    auto r = std::make_shared<report>();
-    if (build_report(*this, "oom", r.get()) != status::ok)
-      return fail(status::out_of_memory, "%s", message.c_str());
-    r->oom_device = device;
-    r->oom_requested = size;
-    r->oom_message = message;
-    const std::string summary = oom_summary(*r, device);
-    if (print_oom_report_) {
-      const uint64_t seen = ooms_printed_.fetch_add(1, std::memory_order_relaxed);
-      const std::string text =
-          seen == 0 ? to_text(*r)
-                    : "tracepool: out of memory again on device " + std::to_string(device) + " (" + human_bytes(
-                          static_cast<int64_t>(size)) + " requested; " + std::to_string(seen + 1) +
-                          " so far): the report of the first is above; tracepool_write_oom_report writes this one's\n";
-      std::fwrite(text.data(), 1, text.size(), stderr);
-    }
-    {
-      std::lock_guard<std::mutex> lock(oom_mutex_);
-      last_oom_ = std::move(r);
-    }
-    return fail(status::out_of_memory, "%s\n%s", message.c_str(), summary.c_str());
+    observers_.oom(oom_event{device, size, stream, site, free_bytes, message.c_str(), &detail});
   } catch (const std::bad_alloc&) {
-    return fail(status::out_of_memory, "%s", message.c_str());  // no room for a report either
+    detail.clear();  // no room for a report either: the device's words alone
   }
+  if (detail.empty()) return fail(status::out_of_memory, "%s", message.c_str());
+  return fail(status::out_of_memory, "%s\n%s", message.c_str(), detail.c_str());
 }
 
 }  // namespace tracepool::core

@@ -1,28 +1,42 @@
 // allocator.h: the process object behind a tracepool_t: the backend, one device_cache per device,
-// and the map from addresses handed out to their blocks.
+// the map from addresses handed out to their blocks, and the observers it publishes to
+// (Note [Observers] in observer.h).
 //
 // Rule (capture before lock): whatever a request needs that may take other locks or call into a host
 // language (stack capture, Python frames) is gathered by tracer::capture before any allocator lock;
-// reports and the OOM report are built with no allocator lock held.
+// reports and the OOM report are built by their observers with no allocator lock held.
+//
+// Note [Lock order]
+// Every lock tracepool takes while holding another, outermost first (a host's GIL comes before all
+// of them: nothing under a tracepool lock calls into a host language):
+//   1. a pointer-map shard (pointer_map.h), only in record_stream, which holds it over:
+//   2. a stream pool's lock (stream_pool.h); another pool's is only try_lock'ed under it;
+//   3. the device lock (device_cache.h), and, not nested with it, the backend's own locks
+//      (cuMemAlloc, event pools, host emulation) and an observer's leaf lock (history.h);
+//   4. nothing: the backend, the device lock and observer locks nest nothing.
+// Taken alone, never with another held: the call-site table's shards and the marks' lock
+// (trace/tracer.h, during capture and marks), the tag and symbolizer locks, the OOM reporter's.
+// Device work that may block (cuMemAlloc, cuMemFree, event synchronisation) runs under at most one
+// pool lock, never under the device lock. TSan checks this order in CI: spin locks tell TSan they are
+// locks (base/spin_lock.h), and tests/unit/concurrency_test.cpp takes every nesting above on threads.
+// fork() takes them all in this order (Note [Fork] in base/fork_guard.h).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "base/config.h"
-#include "device_cache.h"
 #include "base/fork_guard.h"
+#include "device_cache.h"
+#include "history.h"
+#include "observer.h"
 #include "pointer_map.h"
 #include "trace/tracer.h"
 
 namespace tracepool::core {
-
-struct report;
 
 class allocator final : public fork_participant {
  public:
@@ -40,13 +54,13 @@ class allocator final : public fork_participant {
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes);
   status validate();
 
-  // Attribution (issue 3): marks, reports, and the report of the last out-of-memory error.
+  // A named point in time, told to every observer (the tracer keeps it for reports).
   status mark(const char* label);
-  status make_report(const char* reason, report* out);
-  // format: "json", "text", or nullptr/"" to choose by path (".json" -> json). path "stderr" prints.
-  status write_report(const char* path, const char* format);
-  status write_oom_report(const char* path, const char* format);
+  // `o` hears every event from now on (Note [Observers]); it must outlive the allocator.
+  status subscribe(observer* o) { return observers_.subscribe(o); }
   tracer& call_sites() { return *tracer_; }
+  // The allocation history (TRACEPOOL_CONF history:N), or nullptr when it is off.
+  const history* allocation_history() const { return history_.get(); }
   // Every block of a device, for reports.
   status collect_blocks(int device, std::vector<block_record>* out);
 
@@ -54,16 +68,14 @@ class allocator final : public fork_participant {
   backend::backend& device_backend() { return *backend_; }
   size_t live_blocks() { return live_.size(); }
 
-  // Note [Fork] in fork_guard.h. Order: the call-site table's and the marks' locks (never nested with
-  // the rest), the OOM report's, the pointer map's shards, then each device (its pools, then its
-  // device lock), then the backend's: record_stream nests a shard over a pool lock, a pool lock is
-  // held over the device lock and over backend calls, and nothing nests the other way.
+  // Note [Fork] in base/fork_guard.h: every lock, in the order of Note [Lock order] above.
   void lock_for_fork() override;
   void unlock_after_fork(bool child) override;
 
  private:
-  allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr);
-  status out_of_memory(int device, size_t size);
+  allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr,
+            std::unique_ptr<history> h);
+  status out_of_memory(int device, size_t size, backend::stream_handle stream, uint32_t site);
   status check_device(int device) const;
   stream_pool* pool_of(int device, backend::stream_handle stream);
   status reject_free(void* ptr);
@@ -73,15 +85,13 @@ class allocator final : public fork_participant {
 
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;
+  std::unique_ptr<tracer> tracer_;    // subscribed first: call-site counters and marks
+  std::unique_ptr<history> history_;  // subscribed next when history:N is on
+  observer_list observers_;           // the device caches publish segment events to it too
   std::vector<std::unique_ptr<device_cache>> devices_;
   pointer_map live_;
-  std::unique_ptr<tracer> tracer_;
-  const bool print_oom_report_;
 
-  std::atomic<uint64_t> ooms_printed_{0};
   std::atomic<bool> device_inherited_{false};  // a fork child's backend is its parent's (Note [Fork])
-  std::mutex oom_mutex_;
-  std::shared_ptr<const report> last_oom_;  // guarded by oom_mutex_
 };
 
 }  // namespace tracepool::core

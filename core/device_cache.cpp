@@ -1,7 +1,6 @@
 #include "device_cache.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <new>
 #include <string>
@@ -19,8 +18,9 @@ std::string human(size_t bytes) {
 }
 }  // namespace
 
-device_cache::device_cache(backend::backend& be, int device, size_t limit, bool validate)
-    : backend_(be), device_(device), validate_(validate), limit_(limit) {}
+device_cache::device_cache(backend::backend& be, int device, size_t limit, bool validate,
+                           const observer_list& observers)
+    : backend_(be), device_(device), validate_(validate), observers_(observers), limit_(limit) {}
 
 device_cache::~device_cache() {
   for (auto& [start, seg] : segments_) {
@@ -78,13 +78,18 @@ status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size
     segment* seg = take_from_other_streams(pool, rounded, kind);
     // Rung 3: a new segment from the device.
     if (seg == nullptr) {
-      if (status s = grow(rounded, kind, tag.site, &seg); s != status::ok) return s;
+      if (status s = grow(pool, rounded, kind, tag.site, &seg); s != status::ok) return s;
     }
     pool->adopt(seg);
     b = pool->find_free(rounded, kind);
   }
   *out = pool->allocate(b, rounded, size, tag);
-  if (validate_) check(pool);
+  if (!validate_) return status::ok;
+  if (status s = check(pool, "an allocation"); s != status::ok) {
+    (void)pool->free(*out);  // nothing handed out, nothing lost
+    *out = nullptr;
+    return s;
+  }
   return status::ok;
 }
 
@@ -98,7 +103,7 @@ segment* device_cache::take_from_other_streams(stream_pool* pool, size_t rounded
   return nullptr;
 }
 
-status device_cache::grow(size_t rounded, pool_kind kind, uint32_t site, segment** out) {
+status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out) {
   const size_t bytes = segment_size_for(rounded);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -144,6 +149,8 @@ status device_cache::grow(size_t rounded, pool_kind kind, uint32_t site, segment
   segment_stats_.increase(stat_kind::segment, kind, 1);
   segment_stats_.increase(stat_kind::reserved_bytes, kind, static_cast<int64_t>(bytes));
   ++counters_.num_device_alloc;
+  lock.unlock();
+  observers_.segment_alloc(segment_event{ptr, bytes, device_, pool->stream(), site});  // under the pool's lock
   whole.release();
   *out = seg.release();
   return status::ok;
@@ -168,9 +175,12 @@ status device_cache::release(const std::vector<segment*>& segments) {
     }
     const status s = backend_.release(device_, seg->ptr, seg->size);
     if (s == status::ok) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      releasing_ -= seg->size;
-      ++counters_.num_device_free;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        releasing_ -= seg->size;
+        ++counters_.num_device_free;
+      }
+      observers_.segment_free(segment_event{seg->ptr, seg->size, device_, seg->owner->stream(), seg->site});
       delete seg->first;
       delete seg;
       continue;
@@ -202,7 +212,8 @@ status device_cache::empty_cache(bool wait) {
       std::lock_guard<std::mutex> lock(pool->mutex());
       pool->process_pending(wait, /*stream_alive=*/false);
       pool->disown_free_segments(&freed);
-      if (validate_) check(pool);
+      if (validate_)
+        if (status s = check(pool, "emptying the cache"); s != status::ok && result == status::ok) result = s;
     }
     if (status s = release(freed); s != status::ok && result == status::ok) result = s;
   }
@@ -233,12 +244,13 @@ status device_cache::out_of_memory(size_t size, size_t rounded) {
               human(reserved - allocated).c_str(), reason.c_str());
 }
 
-status device_cache::free(block* b) {
+status device_cache::free(block* b, bool* taken) {
   stream_pool* pool = b->seg->owner;  // stable: only whole free segments change owner
   std::lock_guard<std::mutex> lock(pool->mutex());
   const status s = pool->free(b);
-  if (validate_) check(pool);
-  return s;
+  *taken = s == status::ok;
+  if (s != status::ok || !validate_) return s;
+  return check(pool, "a free");
 }
 
 void device_cache::record_stream(block* b, backend::stream_handle used_on) {
@@ -343,12 +355,12 @@ status device_cache::validate() {
   return status::ok;
 }
 
-// Debug builds and validate:on check the pool after every operation; a broken invariant is a bug in
-// tracepool, and continuing would corrupt the caller's memory, so it stops here.
-void device_cache::check(stream_pool* pool) {
-  if (pool->validate() == status::ok) return;
-  std::fprintf(stderr, "tracepool: invariant broken on device %d: %s\n", device_, last_error());
-  std::abort();
+// validate:on and debug builds check the pool after every operation (see the head of device_cache.h).
+status device_cache::check(stream_pool* pool, const char* after) {
+  if (pool->validate() == status::ok) return status::ok;
+  const std::string broken = last_error();
+  return fail(status::internal, "invariant broken on device %d after %s (a bug in tracepool): %s", device_, after,
+              broken.c_str());
 }
 
 }  // namespace tracepool::core

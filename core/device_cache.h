@@ -1,10 +1,12 @@
 // device_cache.h: everything tracepool caches on one device: one stream_pool per stream, the
 // segments obtained from the backend, the byte limit, and the allocation ladder with its OOM retry.
 //
-// Locking: mutex_ (the device lock) guards pools_, segments_, segment statistics and counters. Lock
-// order: a pool's lock, then the device lock; another pool's lock is only ever try_lock'ed while a
-// pool lock is held. Device work that may block (cuMemAlloc, cuMemFree, event synchronisation) runs
-// under at most the requesting pool's lock, never under the device lock.
+// Locking: mutex_ (the device lock) guards pools_, segments_, segment statistics and counters. It is
+// taken under a pool's lock, never the other way (Note [Lock order] in allocator.h).
+//
+// Validation (validate:on, and debug builds): every pool is checked after each operation on it. A
+// broken invariant is a bug in tracepool; the operation then fails with status::internal naming the
+// invariant (an allocation gives its block back first), and the process goes on.
 #pragma once
 
 #include <map>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "observer.h"
 #include "stats.h"
 #include "stream_pool.h"
 
@@ -20,7 +23,8 @@ namespace tracepool::core {
 
 class device_cache {
  public:
-  device_cache(backend::backend& be, int device, size_t limit, bool validate);
+  // Segment events go to `observers` (Note [Observers]), which must outlive the device_cache.
+  device_cache(backend::backend& be, int device, size_t limit, bool validate, const observer_list& observers);
   ~device_cache();  // gives every segment back to the backend, live blocks included
   device_cache(const device_cache&) = delete;
   device_cache& operator=(const device_cache&) = delete;
@@ -31,7 +35,8 @@ class device_cache {
 
   // pre: 0 < size <= max_request.
   status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
-  status free(block* b);
+  // *taken: the pool has the block (it is no longer the caller's), whatever the status says.
+  status free(block* b, bool* taken);
   void record_stream(block* b, backend::stream_handle used_on);
   // Gives fully free segments back to the device. With `wait`, first waits for pending frees. A
   // segment the backend refuses to take stays cached (the first such failure is returned).
@@ -57,15 +62,16 @@ class device_cache {
  private:
   status try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out);
   segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);
-  status grow(size_t rounded, pool_kind kind, uint32_t site, segment** out);
+  status grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out);
   status release(const std::vector<segment*>& segments);
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
-  void check(stream_pool* pool);
+  status check(stream_pool* pool, const char* after);
 
   backend::backend& backend_;
   const int device_;
   const bool validate_;
+  const observer_list& observers_;
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<stream_pool>> pools_;

@@ -85,6 +85,11 @@ status apply(const std::string& key, const std::string& value, config* c) {
     const unsigned long long seed = std::strtoull(value.c_str(), &end, 0);
     if (value.empty() || value[0] == '-' || *end != '\0' || errno != 0) return bad_value(key, value, "an unsigned integer");
     c->sample_seed = seed;
+  } else if (key == "history") {
+    int n = 0;
+    if (!parse_int(value, 0, static_cast<long>(max_history_entries), &n))
+      return bad_value(key, value, "0 (off) or the number of events kept, up to 67108864");
+    c->history = static_cast<size_t>(n);
   } else if (key == "oom_report") {
     if (value == "stderr") c->oom_report = true;
     else if (value == "off") c->oom_report = false;
@@ -123,7 +128,7 @@ const char* config_help() {
          "fail_call (k: fail the k-th backend call of any kind, host only), "
          "fail_above (bytes: fail larger device allocations, host only), capture (off|native|python|all), python_depth (1-256), "
          "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
-         "oom_report (stderr|off)";
+         "history (0: off, or the number of allocator events kept), oom_report (stderr|off)";
 }
 
 status parse_config(const char* text, config* out) {

@@ -28,6 +28,7 @@ inline constexpr bool validate_by_default = false;
 #endif
 
 inline constexpr int max_capture_depth = 256;
+inline constexpr size_t max_history_entries = size_t{1} << 26;  // history:N, 48 bytes an entry
 
 // What a call site records: native frames, interpreter frames (from the registered frame provider,
 // script_frames.h), or both ("all": in a host without an interpreter that is the native frames).
@@ -48,6 +49,7 @@ struct config {
   unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | cfi | boost
   size_t sample_bytes = 0;                             // sample_bytes: mean bytes between samples, 0 = every block
   uint64_t sample_seed = 0x7261636570ULL;              // sample_seed: seed of the sampler (per thread)
+  size_t history = 0;                                  // history: allocator events kept (history.h), 0 = off
   bool oom_report = true;                              // oom_report: stderr | off
 
   // Not a key: set by the C API to an address inside libtracepool.so, so that capture drops the

@@ -1,4 +1,5 @@
-// json_out.h: a minimal JSON writer (objects, arrays, strings, integers) for reports and snapshots.
+// json_out.h: the one JSON writer of reports and exports (objects, arrays, strings, integers), and the
+// one writer of a frame list, in either schema that tracepool writes.
 #pragma once
 
 #include <cinttypes>
@@ -6,7 +7,10 @@
 #include <cstdio>
 #include <string>
 
+#include <vector>
+
 #include "base/utf8.h"
+#include "trace/symbolizer.h"
 
 namespace tracepool::core {
 
@@ -80,6 +84,7 @@ class json_out {
   void value(int64_t n) { comma(), number(n); }
   void value(bool b) { comma(), text += b ? "true" : "false"; }
   void null() { comma(), text += "null"; }
+  void value_or_null(const std::string& s) { s.empty() ? null() : value(s); }
 
  private:
   bool first_ = true;
@@ -89,6 +94,41 @@ inline std::string hex(uintptr_t address) {
   char text[24];
   std::snprintf(text, sizeof text, "0x%" PRIxPTR, address);
   return text;
+}
+
+// tracepool: the report's FRAME (docs/report-schema.md). pytorch: PyTorch's memory-snapshot frame
+// ({filename, line, name}, notes/pytorch.md §3.3), what memory_viz reads.
+enum class frame_schema { tracepool, pytorch };
+
+// `"frames": [...]`, innermost first.
+inline void write_frames(json_out& j, const std::vector<frame_info>& frames, frame_schema schema) {
+  j.key("frames");
+  j.open('[');
+  for (const frame_info& f : frames) {
+    j.open('{');
+    if (schema == frame_schema::pytorch) {
+      j.key("filename"), j.value(!f.file.empty() ? f.file : f.module);
+      j.key("line"), j.value(static_cast<int64_t>(f.line));
+      j.key("name"), j.value(!f.function.empty() ? f.function : hex(f.address));
+      j.close('}');
+      continue;
+    }
+    j.key("kind"), j.value(std::string(f.script ? "python" : "native"));
+    j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
+    j.key("file"), j.value_or_null(f.file);
+    j.key("line");
+    if (f.line <= 0) j.null();
+    else j.value(static_cast<int64_t>(f.line));
+    if (f.script) {
+      j.key("borrowed"), j.value(f.borrowed);
+    } else {
+      j.key("module"), j.value_or_null(f.module);
+      j.key("address"), j.value(hex(f.address));
+      j.key("interpreter"), j.value(f.interpreter);
+    }
+    j.close('}');
+  }
+  j.close(']');
 }
 
 }  // namespace tracepool::core

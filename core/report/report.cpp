@@ -6,7 +6,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "allocator.h"
+#include "report/held_memory.h"
 #include "report/site_describer.h"
 #include "trace/cfi_unwinder.h"
 #include "trace/tags.h"
@@ -103,17 +103,16 @@ status build_report(allocator& a, const char* reason, report* out) {
   const std::vector<mark_record> marks = t.marks(&r.marks_made);
   for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
 
-  // 1. Walk every block once: live blocks by site (and birth), free blocks by last holder.
+  // 1. Collect, then walk every block once: live blocks by site (and birth), free blocks by last holder.
+  held_memory held;
+  if (status s = collect(a, &held); s != status::ok) return s;
   std::unordered_map<uint32_t, live_tally> live;
   std::unordered_map<uint32_t, cached_summary> cached;
-  std::vector<block_record> blocks;
-  for (int d = 0; d < a.device_count(); ++d) {
+  for (const device_blocks& dev : held.devices) {
     device_summary ds;
-    ds.device = d;
-    if (status s = a.stats(d, &ds.stats); s != status::ok) return s;
-    blocks.clear();
-    if (status s = a.collect_blocks(d, &blocks); s != status::ok) return s;
-    for (const block_record& b : blocks) {
+    ds.device = dev.device;
+    ds.stats = dev.stats;
+    for (const block_record& b : dev.blocks) {
       if (b.pending) continue;  // freed by its owner: neither held nor cached
       if (!b.live) {
         cached_summary& c = cached[b.site];
@@ -140,13 +139,13 @@ status build_report(allocator& a, const char* reason, report* out) {
     r.devices.push_back(std::move(ds));
   }
 
-  // 2. Names, files and lines, only now, each address once.
+  // 2. Describe: names, files and lines, only now, each address once.
   site_describer describer(sites);
   for (const auto& [site, l] : live) describer.want(site);
   for (const auto& [site, c] : cached) describer.want(site);
   describer.resolve();
 
-  // 3. One summary per call site as a user reads it: stacks that differ only in return addresses
+  // 3. Group: one summary per call site as a user reads it: stacks that differ only in return addresses
   // yet name the same lines (an unrolled loop calls from several addresses) are merged.
   struct leak_group {
     site_summary summary;

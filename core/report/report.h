@@ -119,7 +119,4 @@ status write_file_to(const char* path, const void* data, size_t size);
 
 std::string human_bytes(int64_t bytes);
 
-// The memory held now in the dictionary layout of PyTorch's memory snapshot, as JSON (snapshot.cpp).
-status build_snapshot_json(allocator& a, std::string* out);
-
 }  // namespace tracepool::core

@@ -9,39 +9,6 @@ namespace tracepool::core {
 
 namespace {
 
-void frames(json_out& j, const std::vector<frame_info>& frames) {
-  j.key("frames");
-  j.open('[');
-  for (const frame_info& f : frames) {
-    j.open('{');
-    j.key("kind"), j.value(std::string(f.script ? "python" : "native"));
-    j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
-    j.key("file");
-    if (f.file.empty())
-      j.null();
-    else
-      j.value(f.file);
-    j.key("line");
-    if (f.line <= 0)
-      j.null();
-    else
-      j.value(static_cast<int64_t>(f.line));
-    if (f.script) {
-      j.key("borrowed"), j.value(f.borrowed);
-    } else {
-      j.key("module");
-      if (f.module.empty())
-        j.null();
-      else
-        j.value(f.module);
-      j.key("address"), j.value(hex(f.address));
-      j.key("interpreter"), j.value(f.interpreter);
-    }
-    j.close('}');
-  }
-  j.close(']');
-}
-
 void tags(json_out& j, const std::vector<std::string>& labels) {
   j.key("tags");
   j.open('[');
@@ -119,7 +86,7 @@ std::string to_json(const report& r) {
     for (int64_t v : s.live_at_marks) j.value(v);
     j.close(']');
     j.key("growing"), j.value(s.growing);
-    frames(j, s.frames);
+    write_frames(j, s.frames, frame_schema::tracepool);
     j.close('}');
   }
   j.close(']');
@@ -139,7 +106,7 @@ std::string to_json(const report& r) {
       j.value(r.marks[static_cast<size_t>(t.born_after)].label);
     j.key("marks_survived"), j.value(static_cast<int64_t>(t.marks_survived));
     tags(j, s.tags);
-    frames(j, s.frames);
+    write_frames(j, s.frames, frame_schema::tracepool);
     j.close('}');
   }
   j.close(']');
@@ -154,7 +121,7 @@ std::string to_json(const report& r) {
     j.key("largest_free_block"), j.value(c.largest_free_block);
     j.key("inactive_split_bytes"), j.value(c.inactive_split_bytes);
     tags(j, c.tags);
-    frames(j, c.frames);
+    write_frames(j, c.frames, frame_schema::tracepool);
     j.close('}');
   }
   j.close(']');

@@ -1,5 +1,6 @@
-// site_describer.h: the frames and tags of call sites as a reader sees them: every native address
-// symbolized once per report, interpreter frames spliced in where the interpreter ran them.
+// site_describer.h: the second step of every report and export (collect -> describe -> group): the
+// frames and tags of call sites as a reader sees them, every native address symbolized once per
+// report, script frames spliced in where the interpreter ran them.
 #pragma once
 
 #include <string>
@@ -14,10 +15,16 @@
 namespace tracepool::core {
 
 // Frames and tags of the sites a report names, symbolized together (each address once).
+struct described_site {
+  std::vector<std::string> tags;
+  std::vector<frame_info> frames;  // innermost first, tracepool's own removed
+};
+
 class site_describer {
  public:
   explicit site_describer(call_site_table& sites) : sites_(sites) {}
 
+  // want() every site first, then resolve() once, then read them with of() or describe().
   void want(uint32_t site) {
     if (!sites_.ready(site)) return;
     const site_record& r = sites_.at(site);
@@ -34,6 +41,12 @@ class site_describer {
   // hybrid stacks): a native frame in the loop stands for the interpreter frames up to the next
   // entry frame. Interpreter frames left over (native capture off, or cut at capture_depth before
   // reaching the loop) follow the native ones: they are the outer callers.
+  // A site described once and kept: for writers that name the same site many times.
+  const described_site& of(uint32_t site) {
+    auto [it, is_new] = described_.try_emplace(site);
+    if (is_new) describe(site, &it->second.tags, &it->second.frames);
+    return it->second;
+  }
   void describe(uint32_t site, std::vector<std::string>* tags, std::vector<frame_info>* frames) {
     if (!sites_.ready(site)) return;
     const site_record& r = sites_.at(site);
@@ -72,6 +85,7 @@ class site_describer {
 
   call_site_table& sites_;
   std::unordered_map<uintptr_t, frame_info> addresses_;
+  std::unordered_map<uint32_t, described_site> described_;
 };
 
 }  // namespace tracepool::core

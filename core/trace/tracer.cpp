@@ -80,17 +80,18 @@ int64_t tracer::weighted_blocks(size_t requested) const {
   return std::llround(static_cast<double>(block_unit) * sampler_.weight(requested));
 }
 
-void tracer::on_alloc(uint32_t site, size_t requested) {
-  if (site != 0) sites_.on_alloc(site, weighted_bytes(requested), weighted_blocks(requested));
+void tracer::on_alloc(const block_event& e) {
+  if (e.site != 0) sites_.on_alloc(e.site, weighted_bytes(e.requested), weighted_blocks(e.requested));
 }
 
-void tracer::on_free(uint32_t site, size_t requested) {
-  if (site != 0) sites_.on_free(site, weighted_bytes(requested), weighted_blocks(requested));
+void tracer::on_free(const block_event& e) {
+  if (e.site != 0) sites_.on_free(e.site, weighted_bytes(e.requested), weighted_blocks(e.requested));
 }
 
-status tracer::mark(const char* label, int64_t live_bytes) {
+status tracer::on_mark(const mark_event& e) {
   mark_record m;
-  m.label = label;
+  m.label = e.label;
+  const int64_t live_bytes = e.live_bytes;
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   m.time_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);

@@ -2,7 +2,8 @@
 // (stack capture + interning, or a sample of them), its tags, and marks in time.
 //
 // Capture before lock: capture() runs before the allocator takes any lock and calls nothing that
-// could re-enter tracepool. on_alloc/on_free run after the allocator's locks are released.
+// could re-enter tracepool. The rest hears the allocator as an observer (Note [Observers] in
+// observer.h): each allocation and free updates its site's counters, and marks are kept here.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "call_site_table.h"
 #include "base/config.h"
 #include "sampler.h"
+#include "observer.h"
 #include "unwinder.h"
 
 namespace tracepool::core {
@@ -41,27 +43,27 @@ struct mark_record {
 //     (marks_made) besides the ones kept.
 inline constexpr size_t max_kept_marks = 512;
 
-class tracer {
+class tracer final : public observer {
  public:
   static status create(const config& cfg, std::unique_ptr<tracer>* out);
 
   block_tag capture(size_t size);
-  void on_alloc(uint32_t site, size_t requested);
-  void on_free(uint32_t site, size_t requested);
+  void on_alloc(const block_event& e) override;
+  void on_free(const block_event& e) override;
+  status on_mark(const mark_event& e) override;
   // Estimated bytes and blocks (x block_unit) one block of `requested` bytes stands for.
   int64_t weighted_bytes(size_t requested) const;
   int64_t weighted_blocks(size_t requested) const;
   double weight(size_t requested) const { return sampler_.weight(requested); }
 
-  status mark(const char* label, int64_t live_bytes);
   // The kept marks, oldest first, and how many marks were made in all.
   std::vector<mark_record> marks(uint64_t* made = nullptr);
   // Trends of `sites` (ids), in the same order.
   std::vector<site_trend> trends(const std::vector<uint32_t>& sites);
 
   // The call-site table's locks, then the marks' (Note [Fork]).
-  void lock_for_fork();
-  void unlock_after_fork();
+  void lock_for_fork() override;
+  void unlock_after_fork() override;
 
   call_site_table& sites() { return sites_; }
   capture_mode mode() const { return mode_; }

@@ -41,7 +41,7 @@ int child_work(allocator& a, bool with_report) {
   if (a.validate() != status::ok) return child_validate;
   if (push_tag("child") != status::ok || pop_tag() != status::ok) return child_tag;
   report r;  // symbolizes on a thread of the child's own (the parent's is not there)
-  if (with_report && (a.make_report("demand", &r) != status::ok || to_text(r).empty())) return child_report;
+  if (with_report && (build_report(a, "demand", &r) != status::ok || to_text(r).empty())) return child_report;
   // The library's own default instance and its locks (libtracepool.so has its own copy of core).
   tracepool_t* tp = tracepool_default();
   void* q = nullptr;
@@ -99,7 +99,7 @@ TEST(Fork, ChildrenOfABusyProcessNeverHangAndInheritAConsistentPool) {
       if (rng() % 256 == 0) (void)a->mark("busy");
       if (rng() % 512 == 0) {
         report r;
-        (void)a->make_report("demand", &r);
+        (void)build_report(*a, "demand", &r);
       }
       void* q = nullptr;
       if (tracepool_malloc(tp, 1 + rng() % 65536, 0, nullptr, &q) == TRACEPOOL_OK) (void)tracepool_free(tp, q, nullptr);

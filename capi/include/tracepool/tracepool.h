@@ -168,11 +168,6 @@ TRACEPOOL_API int tracepool_write_oom_report(tracepool_t* tp, const char* path, 
 /* The report as a string instead of a file: format "json" or "text". *out is NUL-terminated and
  * must be released with tracepool_string_free. */
 TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, char** out);
-/* The memory now held, in the dictionary layout of PyTorch's torch.cuda.memory._snapshot()
- * ("segments", "device_traces"; docs/report-schema.md), as JSON: one segment per device segment,
- * its blocks in address order with state and the frames of their call site. device_traces holds
- * one "alloc" entry per live block, oldest first. Release *out with tracepool_string_free. */
-TRACEPOOL_API int tracepool_snapshot_string(tracepool_t* tp, char** out);
 TRACEPOOL_API void tracepool_string_free(char* s);
 
 /* ---- Interpreter frames (language runtimes) ------------------------------------------------ */
@@ -257,6 +252,16 @@ TRACEPOOL_API void tracepool_torch_free(void* ptr, size_t size, int device, void
 TRACEPOOL_API void tracepool_torch_empty_cache(void);
 TRACEPOOL_API void tracepool_torch_set_memory_fraction(double fraction, int device);
 TRACEPOOL_API void tracepool_torch_record_stream(void* ptr, void* stream);
+/* The memory now held, in the dictionary layout of PyTorch's torch.cuda.memory._snapshot()
+ * ("segments", "device_traces"; docs/report-schema.md), as JSON for pytorch.org/memory_viz and
+ * torch.cuda._memory_viz: one segment per device segment, its blocks in address order with state and
+ * the frames of their call site. device_traces is the allocation history where TRACEPOOL_CONF has
+ * history:N (alloc, free_requested + free_completed, segment_alloc, segment_free and oom events with
+ * time, size, stream and frames; the last N events, oldest first); without it, one "alloc" entry per
+ * live block, oldest first. Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_torch_snapshot_string(tracepool_t* tp, char** out);
+/* The former name of tracepool_torch_snapshot_string, kept for callers written before it. */
+TRACEPOOL_API int tracepool_snapshot_string(tracepool_t* tp, char** out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,72 @@
+#include "history.h"
+
+#include <ctime>
+#include <new>
+
+namespace tracepool::core {
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);  // vDSO: about 20 ns
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+history_entry block_entry(history_action action, const block_event& e) {
+  return history_entry{0, reinterpret_cast<uintptr_t>(e.ptr), e.size, e.requested,
+                       reinterpret_cast<uintptr_t>(e.stream), e.site, e.device, action};
+}
+
+history_entry segment_entry(history_action action, const segment_event& e) {
+  return history_entry{0, reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream),
+                       e.site, e.device, action};
+}
+
+}  // namespace
+
+status history::create(size_t capacity, std::unique_ptr<history>* out) {
+  // Default-initialised: the pages are touched as the ring fills, so a large N costs only what is used.
+  std::unique_ptr<history_entry[]> ring(new (std::nothrow) history_entry[capacity]);
+  if (ring == nullptr)
+    return fail(status::bad_config, "history:%zu: no room for that many entries (%zu bytes)", capacity,
+                capacity * sizeof(history_entry));
+  out->reset(new history(capacity, std::move(ring)));
+  return status::ok;
+}
+
+void history::record(history_entry e) {
+  e.time_ns = now_ns();
+  lock_.lock();
+  ring_[recorded_ % capacity_] = e;
+  ++recorded_;
+  lock_.unlock();
+}
+
+void history::on_alloc(const block_event& e) { record(block_entry(history_action::alloc, e)); }
+void history::on_free(const block_event& e) { record(block_entry(history_action::free, e)); }
+void history::on_segment_alloc(const segment_event& e) { record(segment_entry(history_action::segment_alloc, e)); }
+void history::on_segment_free(const segment_event& e) { record(segment_entry(history_action::segment_free, e)); }
+
+void history::on_oom(const oom_event& e) {
+  record(history_entry{0, e.device_free, e.requested, e.requested, reinterpret_cast<uintptr_t>(e.stream), e.site,
+                       e.device, history_action::oom});
+}
+
+std::vector<history_entry> history::entries(uint64_t* recorded) const {
+  lock_.lock();
+  const uint64_t before = recorded_;
+  lock_.unlock();
+  std::vector<history_entry> out;
+  out.reserve(static_cast<size_t>(before < capacity_ ? before : capacity_));  // nothing under the lock allocates
+  lock_.lock();
+  const uint64_t n = recorded_;
+  uint64_t first = n > capacity_ ? n - capacity_ : 0;
+  if (n - first > out.capacity()) first = n - out.capacity();  // recorded meanwhile: the newest that fit
+  for (uint64_t i = first; i < n; ++i) out.push_back(ring_[i % capacity_]);
+  lock_.unlock();
+  if (recorded != nullptr) *recorded = n;
+  return out;
+}
+
+}  // namespace tracepool::core

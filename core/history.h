@@ -1,0 +1,59 @@
+// history.h: the allocation history (TRACEPOOL_CONF history:N): the last N allocator events, each
+// with its time, address, size, stream, device and call site, kept in a ring. An observer
+// (Note [Observers] in observer.h); the PyTorch memory-snapshot export draws its device_traces from it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/config.h"
+#include "base/spin_lock.h"
+#include "observer.h"
+
+namespace tracepool::core {
+
+enum class history_action : uint8_t { alloc, free, segment_alloc, segment_free, oom };
+
+struct history_entry {
+  uint64_t time_ns;  // CLOCK_REALTIME
+  uintptr_t address;  // oom: the bytes the device had free
+  size_t size;        // rounded block size, segment size; oom: bytes requested
+  size_t requested;   // alloc, free: bytes the caller asked for
+  uintptr_t stream;
+  uint32_t site;
+  int32_t device;
+  history_action action;
+};
+
+class history final : public observer {
+ public:
+  // pre: 0 < capacity <= max_history_entries (base/config.h). The ring is reserved, not touched.
+  static status create(size_t capacity, std::unique_ptr<history>* out);
+
+  void on_alloc(const block_event& e) override;
+  void on_free(const block_event& e) override;
+  void on_segment_alloc(const segment_event& e) override;
+  void on_segment_free(const segment_event& e) override;
+  void on_oom(const oom_event& e) override;
+
+  // The entries kept, oldest first; *recorded: how many were recorded in all (older ones are gone).
+  std::vector<history_entry> entries(uint64_t* recorded = nullptr) const;
+  size_t capacity() const { return capacity_; }
+
+  void lock_for_fork() override { lock_.lock(); }
+  void unlock_after_fork() override { lock_.unlock(); }
+
+ private:
+  explicit history(size_t capacity, std::unique_ptr<history_entry[]> ring)
+      : capacity_(capacity), ring_(std::move(ring)) {}
+  void record(history_entry e);
+
+  const size_t capacity_;
+  mutable spin_lock lock_;  // a leaf: taken under a pool lock at segment_alloc, nothing under it
+  std::unique_ptr<history_entry[]> ring_;  // guarded by lock_
+  uint64_t recorded_ = 0;                  // guarded by lock_; the next entry goes to recorded_ % capacity_
+};
+
+}  // namespace tracepool::core
