@@ -1,0 +1,251 @@
+// The observer seam (Note [Observers]), the allocation history it feeds (history:N), the PyTorch
+// export's device_traces drawn from it, and a failed validation that reports instead of aborting.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "device_cache.h"
+#include "history.h"
+#include "observer.h"
+#include "report_support.h"
+#include "test_support.h"
+#include "tracepool/tracepool.h"
+
+namespace tracepool::core {
+namespace {
+
+using testing::host_allocator;
+using tracepool::testing::json;
+
+std::vector<history_action> actions(const std::vector<history_entry>& entries) {
+  std::vector<history_action> out;
+  for (const history_entry& e : entries) out.push_back(e.action);
+  return out;
+}
+
+TEST(History, IsOffUnlessConfigured) {
+  auto a = host_allocator();
+  EXPECT_EQ(a->allocation_history(), nullptr);
+}
+
+TEST(History, RecordsEveryEventWithItsBlockStreamDeviceAndSite) {
+  auto a = host_allocator("history:64,capture:native");
+  void* stream = nullptr;
+  ASSERT_EQ(a->device_backend().create_stream(0, &stream), status::ok);
+  void* p = nullptr;
+  void* q = nullptr;
+  ASSERT_EQ(a->malloc(1000, 0, stream, &p), status::ok);  // grows a 2 MiB segment, then the block
+  ASSERT_EQ(a->malloc(3000, 0, stream, &q), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(a->free(q), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok);  // the segment goes back
+  uint64_t recorded = 0;
+  const std::vector<history_entry> h = a->allocation_history()->entries(&recorded);
+  using A = history_action;
+  ASSERT_EQ(actions(h), (std::vector<A>{A::segment_alloc, A::alloc, A::alloc, A::free, A::free, A::segment_free}));
+  EXPECT_EQ(recorded, 6u);
+  EXPECT_EQ(h[0].size, size_t{2} << 20);
+  EXPECT_EQ(h[0].address, h[5].address);
+  EXPECT_EQ(h[1].address, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(h[1].size, 1024u);  // rounded to 512
+  EXPECT_EQ(h[1].requested, 1000u);
+  EXPECT_EQ(h[3].address, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(h[3].requested, 1000u);
+  EXPECT_EQ(h[4].address, reinterpret_cast<uintptr_t>(q));
+  for (const history_entry& e : h) {
+    EXPECT_EQ(e.stream, reinterpret_cast<uintptr_t>(stream));
+    EXPECT_EQ(e.device, 0);
+    EXPECT_NE(e.site, 0u) << "every event names the call site that caused it";
+    EXPECT_GT(e.time_ns, 0u);
+  }
+  for (size_t i = 1; i < h.size(); ++i) EXPECT_GE(h[i].time_ns, h[i - 1].time_ns);
+  EXPECT_NE(h[1].site, h[2].site) << "two call sites";
+  EXPECT_EQ(h[1].site, h[3].site) << "a free names the site that allocated";
+}
+
+TEST(History, KeepsTheLastNEventsOldestFirst) {
+  auto a = host_allocator("history:5,capture:off");
+  std::vector<void*> ptrs;
+  for (size_t i = 1; i <= 10; ++i) {
+    void* p = nullptr;
+    ASSERT_EQ(a->malloc(i * 512, 0, nullptr, &p), status::ok);
+    ptrs.push_back(p);
+  }
+  uint64_t recorded = 0;
+  const std::vector<history_entry> h = a->allocation_history()->entries(&recorded);
+  EXPECT_EQ(recorded, 11u);  // one segment, ten blocks
+  ASSERT_EQ(h.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(h[i].action, history_action::alloc);
+    EXPECT_EQ(h[i].requested, (6 + i) * 512) << "the newest five, oldest first";
+  }
+  for (void* p : ptrs) ASSERT_EQ(a->free(p), status::ok);
+}
+
+TEST(History, RecordsAnOutOfMemoryWithWhatWasAskedAndWhatWasFree) {
+  auto a = host_allocator("history:16,host_capacity:64MiB,oom_report:off");
+  void* p = nullptr;
+  EXPECT_EQ(a->malloc(size_t{100} << 20, 0, nullptr, &p), status::out_of_memory);
+  const std::vector<history_entry> h = a->allocation_history()->entries();
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(h.back().action, history_action::oom);
+  EXPECT_EQ(h.back().size, size_t{100} << 20);
+  EXPECT_EQ(h.back().address, size_t{64} << 20) << "the device's free bytes";
+}
+
+TEST(History, BadSizesAreConfigurationErrors) {
+  for (const char* text : {"history:-1", "history:lots", "history:67108865", "history:"}) {
+    config cfg;
+    EXPECT_EQ(parse_config(text, &cfg), status::bad_config) << text;
+    EXPECT_NE(std::string(last_error()).find("history"), std::string::npos) << last_error();
+  }
+  config cfg;
+  ASSERT_EQ(parse_config("history:67108864", &cfg), status::ok);
+  EXPECT_EQ(cfg.history, size_t{1} << 26);
+}
+
+// Counts what it hears, and checks that a free is heard while the block is not yet anyone else's.
+class counting_observer final : public observer {
+ public:
+  void on_alloc(const block_event& e) override {
+    ++allocs;
+    bytes += static_cast<int64_t>(e.requested);
+  }
+  void on_free(const block_event& e) override {
+    ++frees;
+    bytes -= static_cast<int64_t>(e.requested);
+  }
+  void on_segment_alloc(const segment_event& e) override { segment_bytes += static_cast<int64_t>(e.size); }
+  void on_segment_free(const segment_event& e) override { segment_bytes -= static_cast<int64_t>(e.size); }
+  void on_oom(const oom_event& e) override {
+    ++ooms;
+    *e.detail += "the observer was here";
+  }
+  status on_mark(const mark_event& e) override {
+    marks.push_back(e.label);
+    return status::ok;
+  }
+  int allocs = 0, frees = 0, ooms = 0;
+  int64_t bytes = 0, segment_bytes = 0;
+  std::vector<std::string> marks;
+};
+
+TEST(Observers, HearEveryEventAndMayAddToTheOutOfMemoryMessage) {
+  counting_observer seen;
+  auto a = host_allocator("host_capacity:64MiB,oom_report:off");
+  ASSERT_EQ(a->subscribe(&seen), status::ok);
+  void* p = nullptr;
+  void* q = nullptr;
+  ASSERT_EQ(a->malloc(5000, 0, nullptr, &p), status::ok);
+  ASSERT_EQ(a->malloc(size_t{30} << 20, 0, nullptr, &q), status::ok);
+  EXPECT_EQ(seen.bytes, 5000 + (int64_t{30} << 20));
+  EXPECT_EQ(seen.segment_bytes, (int64_t{2} << 20) + (int64_t{30} << 20));
+  ASSERT_EQ(a->mark("epoch 1"), status::ok);
+  EXPECT_EQ(seen.marks, std::vector<std::string>{"epoch 1"});
+  void* big = nullptr;
+  EXPECT_EQ(a->malloc(size_t{60} << 20, 0, nullptr, &big), status::out_of_memory);
+  EXPECT_EQ(seen.ooms, 1);
+  EXPECT_NE(std::string(last_error()).find("the observer was here"), std::string::npos) << last_error();
+  ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(a->free(q), status::ok);
+  EXPECT_EQ(seen.allocs, 2);
+  EXPECT_EQ(seen.frees, 2);
+  EXPECT_EQ(seen.bytes, 0);
+  ASSERT_EQ(a->empty_cache(-1), status::ok);
+  EXPECT_EQ(seen.segment_bytes, 0) << "every segment obtained was heard returned";
+}
+
+TEST(Observers, AFullListIsAnErrorNotACrash) {
+  auto a = host_allocator();  // the tracer is subscribed already
+  std::vector<counting_observer> many(observer_list::capacity);
+  int accepted = 0;
+  for (auto& o : many) accepted += a->subscribe(&o) == status::ok;
+  EXPECT_EQ(accepted, observer_list::capacity - 1);
+  counting_observer one_more;
+  EXPECT_EQ(a->subscribe(&one_more), status::internal);
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(512, 0, nullptr, &p), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  for (int i = 0; i < accepted; ++i) EXPECT_EQ(many[static_cast<size_t>(i)].frees, 1);
+  EXPECT_EQ(one_more.allocs, 0);
+}
+
+// A broken invariant (a bug in tracepool, simulated here by corrupting a block) fails the operation
+// with status::internal naming it; nothing aborts, and once the damage is undone the pool works on.
+TEST(Validation, ABrokenInvariantIsAnErrorAndThePoolStaysUsable) {
+  auto be = backend::make_host_backend(host_options{});
+  observer_list none;
+  device_cache dev(*be, 0, 0, /*validate=*/true, none);
+  stream_pool* pool = dev.pool_for(nullptr);
+  block* b = nullptr;
+  ASSERT_EQ(dev.malloc(pool, 4096, block_tag{}, &b), status::ok);
+  block* c = nullptr;
+  ASSERT_EQ(dev.malloc(pool, 4096, block_tag{}, &c), status::ok);
+  b->size += 512;  // the blocks of its segment no longer add up
+  block* d = nullptr;
+  EXPECT_EQ(dev.malloc(pool, 4096, block_tag{}, &d), status::internal);
+  EXPECT_NE(std::string(last_error()).find("invariant broken on device 0 after an allocation"), std::string::npos)
+      << last_error();
+  EXPECT_EQ(d, nullptr) << "nothing handed out with a broken pool";
+  bool taken = false;
+  EXPECT_EQ(dev.free(c, &taken), status::internal);
+  EXPECT_TRUE(taken) << "the free itself was done";
+  b->size -= 512;
+  EXPECT_EQ(dev.validate(), status::ok) << last_error();
+  ASSERT_EQ(dev.free(b, &taken), status::ok);
+  ASSERT_EQ(dev.malloc(pool, 8192, block_tag{}, &d), status::ok);
+  ASSERT_EQ(dev.free(d, &taken), status::ok);
+  EXPECT_EQ(dev.validate(), status::ok) << last_error();
+}
+
+// The PyTorch export's device_traces is the history, in PyTorch's actions, when history:N is on.
+TEST(TorchSnapshot, DeviceTracesIsTheHistoryWhenItIsOn) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,history:100,capture:native", &tp), TRACEPOOL_OK);
+  void* p = nullptr;
+  void* q = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 1 << 20, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &q), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  char* text = nullptr;
+  ASSERT_EQ(tracepool_torch_snapshot_string(tp, &text), TRACEPOOL_OK) << tracepool_last_error();
+  const json snap = json::parse(text);
+  tracepool_string_free(text);
+  const json& trace = snap["device_traces"][0];
+  std::vector<std::string> seen;
+  for (const json& e : trace) seen.push_back(e["action"]);
+  EXPECT_EQ(seen, (std::vector<std::string>{"segment_alloc", "alloc", "alloc", "free_requested", "free_completed"}));
+  EXPECT_EQ(trace[1]["addr"].get<uintptr_t>(), reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(trace[1]["size"].get<size_t>(), size_t{1} << 20);
+  EXPECT_EQ(trace[4]["addr"].get<uintptr_t>(), reinterpret_cast<uintptr_t>(p));
+  EXPECT_GT(trace[1]["time_us"].get<int64_t>(), 0);
+  EXPECT_FALSE(trace[1]["frames"].empty()) << "the alloc names its call site";
+  EXPECT_EQ(snap["allocator_settings"]["history"], 100);
+  ASSERT_EQ(tracepool_free(tp, q, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+TEST(TorchSnapshot, WithoutHistoryDeviceTracesHoldsOneAllocPerLiveBlock) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
+  void* p = nullptr;
+  void* q = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &q), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  char* text = nullptr;
+  ASSERT_EQ(tracepool_snapshot_string(tp, &text), TRACEPOOL_OK) << "the former name still answers";
+  const json snap = json::parse(text);
+  tracepool_string_free(text);
+  const json& trace = snap["device_traces"][0];
+  ASSERT_EQ(trace.size(), 1u);
+  EXPECT_EQ(trace[0]["action"], "alloc");
+  EXPECT_EQ(trace[0]["addr"].get<uintptr_t>(), reinterpret_cast<uintptr_t>(q));
+  ASSERT_EQ(tracepool_free(tp, q, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+}  // namespace
+}  // namespace tracepool::core
