@@ -335,8 +335,9 @@ void device_cache::lock_for_fork() {
 void device_cache::unlock_after_fork(bool forget_device_work) {
   if (forget_device_work)
     for (auto& p : pools_) p->forget_device_work();
-  mutex_.unlock();
+  // The pools first, while the device lock still keeps pools_ from growing under this loop.
   for (size_t i = pools_.size(); i-- > 0;) pools_[i]->mutex().unlock();
+  mutex_.unlock();
 }
 
 // Every pool's invariants, and that the segments of all pools add up to the reserved bytes.

@@ -53,10 +53,10 @@ class device_cache {
   bool contains(const void* ptr);
   status validate();
 
-  // Every pool's lock, then the device lock (their nesting order; Note [Fork] in fork_guard.h).
+  // Every pool's lock, then the device lock (their nesting order; Note [Fork] in base/fork_guard.h).
   void lock_for_fork();
-  // In the reverse order. `forget_device_work`: in a child whose backend stays the parent's, pools
-  // stop waiting for device work first.
+  // The pools, then the device lock, which keeps pools_ still meanwhile. `forget_device_work`: in a
+  // child whose backend stays the parent's, pools stop waiting for device work first.
   void unlock_after_fork(bool forget_device_work);
 
  private:

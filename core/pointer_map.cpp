@@ -71,11 +71,11 @@ block* pointer_map::take(void* ptr) {
 }
 
 void pointer_map::lock_all() {
-  for (shard& s : shards_) s.guard.lock();
+  for (shard& s : shards_) s.guard.lock_for_fork();
 }
 
 void pointer_map::unlock_all() {
-  for (shard& s : shards_) s.guard.unlock();
+  for (shard& s : shards_) s.guard.unlock_after_fork();
 }
 
 size_t pointer_map::size() {

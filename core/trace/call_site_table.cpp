@@ -110,13 +110,13 @@ void call_site_table::describe(uint32_t id, script_frame* described) {
 }
 
 void call_site_table::lock_all() {
-  for (shard& sh : shards_) sh.guard.lock();
+  for (shard& sh : shards_) sh.guard.lock_for_fork();
   chunk_mutex_.lock();
 }
 
 void call_site_table::unlock_all() {
   chunk_mutex_.unlock();
-  for (shard& sh : shards_) sh.guard.unlock();
+  for (shard& sh : shards_) sh.guard.unlock_after_fork();
 }
 
 void call_site_table::on_alloc(uint32_t id, int64_t bytes, int64_t blocks) {

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "report/oom_reporter.h"
+#include "report/report.h"
 #include "sanitizers.h"
 #include "test_support.h"
 
@@ -75,6 +77,64 @@ TEST(Concurrency, EmptyCacheRacingGrowLosesNoSegmentAndNoBlock) {
   size_t free_bytes = 0, total = 0;
   ASSERT_EQ(a->memory_info(0, &free_bytes, &total), status::ok);
   EXPECT_EQ(free_bytes, total) << "the backend still holds memory nobody accounts for";
+}
+
+// Every nesting of Note [Lock order] (allocator.h) on threads at once: record_stream (a pointer-map
+// shard over a pool lock), grows (a pool lock over the device lock, the backend's and the history's),
+// frees of blocks used on other streams, empty_cache, marks, out-of-memory failures (the reporter
+// builds a report with no allocator lock held), reports, validate and the history's reader. Under
+// TSan, which sees the spin locks as locks too, any two locks taken in both orders fail this test.
+TEST(Concurrency, EveryLockNestingRunsOnThreadsAndTheOrderHolds) {
+  auto a = host_allocator("validate:off,history:4096,host_capacity:256MiB,capture:native");
+  oom_reporter reporter(*a, /*print=*/false);
+  ASSERT_EQ(a->subscribe(&reporter), status::ok);
+  std::vector<backend::stream_handle> streams(3, nullptr);
+  for (auto& st : streams) ASSERT_EQ(a->device_backend().create_stream(0, &st), status::ok);
+  constexpr int threads = 3, ops = testing::sanitized_build ? 1500 : 6000;
+  std::atomic<int> failures{0};
+  auto work = [&](int seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    std::vector<void*> mine;
+    for (int i = 0; i < ops; ++i) {
+      const unsigned op = rng() % 16;
+      backend::stream_handle st = streams[rng() % streams.size()];
+      void* p = nullptr;
+      if (op < 6 || mine.empty()) {
+        const size_t size = rng() % 4 ? 1 + rng() % 8192 : (1u << 20) + rng() % (8u << 20);
+        if (a->malloc(size, 0, st, &p) == status::ok) mine.push_back(p);
+      } else if (op < 10) {
+        const size_t k = rng() % mine.size();
+        if (a->free(mine[k]) != status::ok) failures.fetch_add(1);
+        mine[k] = mine.back();
+        mine.pop_back();
+      } else if (op == 10) {
+        if (a->record_stream(mine[rng() % mine.size()], st) != status::ok) failures.fetch_add(1);
+      } else if (op == 11) {
+        (void)a->empty_cache(0);
+      } else if (op == 12) {
+        if (a->malloc(size_t{1} << 30, 0, st, &p) != status::out_of_memory) failures.fetch_add(1);
+      } else if (op == 13) {
+        if (a->mark("step") != status::ok) failures.fetch_add(1);
+      } else if (op == 14) {
+        report r;
+        if (rng() % 8 == 0 && build_report(*a, "demand", &r) != status::ok) failures.fetch_add(1);
+      } else {
+        (void)a->allocation_history()->entries();
+        if (rng() % 8 == 0) (void)a->validate();
+      }
+    }
+    for (void* p : mine)
+      if (a->free(p) != status::ok) failures.fetch_add(1);
+  };
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(work, 101 + i);
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+  EXPECT_EQ(current(stats_of(*a), stat_kind::allocation), 0);
+  for (auto st : streams) ASSERT_EQ(a->device_backend().synchronize_stream(0, st), status::ok);
+  ASSERT_EQ(a->empty_cache(-1), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
 }
 
 }  // namespace
