@@ -1,6 +1,7 @@
 // trace_bench.cpp: what call-site capture costs, through the C API of libtracepool.so on the host
 // backend, in one run: (a) a cached alloc+free pair, untagged (capture:off) and traced with each
-// unwinder at depths 16, 32 and 64, called from 80 frames deep; (b) byte sampling at R = 1 MiB on a
+// unwinder at depths 16, 32 and 64, called from 80 frames deep, and with the allocation history on
+// top (history:100000, the fastest unwinder at depth 32); (b) byte sampling at R = 1 MiB on a
 // mix of sizes, taking turns with an untagged instance; (c) writing the report of 100,000 live blocks
 // over 5,000 call sites. Prints the added cost against the targets; asserts nothing.
 //
@@ -231,6 +232,11 @@ void register_all() {
       benchmark::RegisterBenchmark(pair_name(u, depth).c_str(), pairs,
                                    "capture:native,unwinder:" + u + ",capture_depth:" + std::to_string(depth),
                                    run_pairs);
+  // The allocation history on top of call sites (its cost is this minus depth:32 of the same unwinder).
+  benchmark::RegisterBenchmark("BM_Pair/history", pairs,
+                               std::string("capture:native,capture_depth:32,history:100000,unwinder:") +
+                                   fastest_unwinder(),
+                               run_pairs);
   const std::string sampled =
       std::string("capture:native,capture_depth:32,sample_bytes:1MiB,unwinder:") + fastest_unwinder();
   benchmark::RegisterBenchmark("BM_SampledMix/1MiB", pairs, sampled, run_turns);

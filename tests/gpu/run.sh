@@ -359,6 +359,13 @@ for u in ("cfi", "boost", "libunwind"):  # libunwind only where it loaded (not o
     print("%s|%s|%+.0f ns per allocation vs untagged (%.0f vs %.0f ns per alloc+free, %.1fx) (target <= 1000 ns)"
           % (verdict(added <= 1000), step, added, v * 1e9, base * 1e9, v / base))
 unw = "libunwind" if "BM_Pair/libunwind/depth:32" in vals else "cfi"
+sites, hist = med("BM_Pair/%s/depth:32" % unw), med("BM_Pair/history")
+if sites is None or hist is None:
+    print("FAIL|trace history cost, %s depth 32|%s" % (unw, why("BM_Pair/history")))
+else:
+    added = (hist - sites) * 1e9
+    print("%s|trace history cost, %s depth 32|%+.0f ns per alloc+free pair over call sites alone (%.0f vs %.0f ns;"
+          " history:100000) (target <= 200 ns)" % (verdict(added <= 200), unw, added, hist * 1e9, sites * 1e9))
 added, s, u = (med("BM_SampledMix/1MiB:" + k) for k in ("added_ns", "sampled_ns", "untagged_ns"))
 if added is None:
     print("FAIL|trace sampled 1 MiB, added ns|%s" % why("BM_SampledMix/1MiB"))
@@ -404,6 +411,8 @@ torch_step train.native 1 train native
 torch_step train.tracepool 1 train tracepool
 torch_step train.traced 1 train traced --report "$WORK/train.traced.report.json"
 torch_step train.traced_boost 1 train traced_boost --report "$WORK/train.traced_boost.report.json"
+# The allocation history (history:N) drawn by torch.cuda._memory_viz; its HTML timeline stays in WORK.
+torch_step viz.tp_history 1 history_viz tp_history --report "$WORK/history_timeline.html"
 
 # The seed scenarios and the torch.cuda memory API (tests/gpu/torch_seeds.py): small and untimed, so
 # all at once, each in its own process: WORK/seed.NAME.{out,rc}.
@@ -436,13 +445,14 @@ bench_round() {
   shift
   for a in "$@"; do
     if [[ $a == native ]]; then NEED=60 torch_step "bench.$a" "$round" "$BENCH_CHECKS" native --history
+    elif [[ $a == tp_history ]]; then NEED=30 torch_step "bench.$a" "$round" empty_loop tp_history
     else NEED=45 torch_step "bench.$a" "$round" "$BENCH_CHECKS" "$a"; fi
   done
 }
-bench_round 1 native tracepool tp_python tp_all
+bench_round 1 native tracepool tp_python tp_history tp_all
 for a in minimal timed; do NEED=40 torch_step "bench.$a" 1 gpt2_step,resnet_step "$a"; done
-bench_round 2 tp_all tp_python tracepool native
-bench_round 3 native tracepool tp_python tp_all
+bench_round 2 tp_all tp_history tp_python tracepool native
+bench_round 3 native tracepool tp_python tp_history tp_all
 
 while IFS= read -r line; do ROWS+=("$line"); done < <(
   { python3 tests/gpu/torch_check.py report "$WORK" || echo "FAIL|torch report|torch_check.py report failed"; } 2>&1 \

@@ -78,7 +78,8 @@ def tracepool_stats(lib_path):
 
 # Allocators that install the tracepool package into PyTorch, and what each appends to TRACEPOOL_CONF.
 INSTALLED = {"tracepool": "capture:off", "tp_python": "capture:python", "tp_all": "capture:all",
-             "traced": "capture:native", "traced_boost": "capture:native,unwinder:boost"}
+             "traced": "capture:native", "traced_boost": "capture:native,unwinder:boost",
+             "tp_history": "capture:python,history:100000"}
 # Allocators from reference_plugins.cpp: (alloc symbol, free symbol); "timed" wraps tracepool_torch_alloc.
 REFERENCE = {"minimal": ("minimal_alloc", "minimal_free"), "timed": ("timed_alloc", "timed_free")}
 HISTORY = {"hist_python": "python", "hist_all": "all"}  # native + torch.cuda.memory._record_memory_history
@@ -282,8 +283,38 @@ def check_resnet_step(torch, args):
     return lambda: timed_steps(torch, args, step, 5, args.steps or 12)
 
 
+def check_history_viz(torch, args):
+    """tracepool's allocation history (history:N) as PyTorch's viewer reads it: a small workload, then
+    torch.cuda.memory._snapshot() (routed to tracepool) drawn by torch.cuda._memory_viz: the Active
+    Memory Timeline (trace_plot) and the event log (trace). The HTML goes to --report if given."""
+    def measure():
+        import collections
+
+        import torch.cuda._memory_viz as viz
+        keep = [torch.empty(1 << 20, device="cuda") for _ in range(8)]  # eight allocs on this line
+        del keep[::2]  # four frees
+        a = torch.randn(1024, 1024, device="cuda")
+        (a @ a).sum().item()
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+        traces = snap["device_traces"][torch.cuda.current_device()]
+        counts = collections.Counter(e["action"] for e in traces)
+        here = sum(1 for e in traces if e["action"] == "alloc" and e["frames"]
+                   and e["frames"][0]["filename"].endswith("torch_check.py"))
+        html = viz.trace_plot(snap)
+        if args.report:
+            with open(args.report, "w") as f:
+                f.write(html)
+        log = viz.trace(snap) if hasattr(viz, "trace") else ""
+        del keep, a
+        return {"events": len(traces), "actions": dict(counts), "allocs_here": here, "html_bytes": len(html),
+                "trace_lines": len((log or "").splitlines()),
+                "history": snap.get("allocator_settings", {}).get("history")}
+    return measure
+
+
 CHECKS = {"train": check_train, "empty_loop": check_empty_loop, "inference": check_inference,
-          "gpt2_step": check_gpt2_step, "resnet_step": check_resnet_step}
+          "gpt2_step": check_gpt2_step, "resnet_step": check_resnet_step, "history_viz": check_history_viz}
 
 
 def with_history(torch, args, stacks, measure):
@@ -453,6 +484,35 @@ def added_row(name, base, other, who, base_who, target_ns=None):
         base.get("rounds"), other.get("rounds"))
 
 
+def history_cost_row(sites, history, nat, nat_history):
+    """What tracepool's history adds over its Python call sites, beside what PyTorch's own history
+    (stacks python) adds over PyTorch's allocator, per torch.empty alloc+free pair, in one run."""
+    name = "history cost per pair (tracepool vs PyTorch)"
+    row = broken(name, python_sites=sites, history=history, native=nat, native_history=nat_history)
+    if row:
+        return row
+    ours = history["ns_per_pair"] - sites["ns_per_pair"]
+    theirs = nat_history["ns_per_pair"] - nat["ns_per_pair"]
+    return "%s|%s|tracepool history:100000 %+.2f us over python sites (%.0f vs %.0f ns); PyTorch history (python) " \
+           "%+.2f us over native (%.0f vs %.0f ns) (target <= 0.20 us) [rounds: %s, %s]" % (
+               "meets" if ours <= 200 else "misses", name, ours / 1e3, history["ns_per_pair"], sites["ns_per_pair"],
+               theirs / 1e3, nat_history["ns_per_pair"], nat["ns_per_pair"], history.get("rounds"), sites.get("rounds"))
+
+
+def history_viz_row(rec):
+    """The history's events as torch.cuda._memory_viz draws them."""
+    name = "history: memory_viz timeline"
+    row = broken(name, tp_history=rec)
+    if row:
+        return row
+    acts = rec.get("actions", {})
+    ok = (all(acts.get(a, 0) > 0 for a in ("alloc", "free_requested", "free_completed", "segment_alloc"))
+          and rec.get("allocs_here", 0) >= 8 and rec.get("html_bytes", 0) > 0)
+    return "%s|%s|%d events (%s); %d allocs name torch_check.py; trace_plot HTML %d bytes, trace() %d lines" % (
+        "PASS" if ok else "FAIL", name, rec.get("events", 0), ", ".join("%s %d" % kv for kv in sorted(acts.items())),
+        rec.get("allocs_here", 0), rec.get("html_bytes", 0), rec.get("trace_lines", 0))
+
+
 VARIANTS = (("tracepool", "untagged"), ("tp_python", "python sites"), ("tp_all", "python+native"),
             ("hist_python", "history python"), ("hist_all", "history all"))
 
@@ -619,6 +679,9 @@ def report(d):
     for allocator, label in (("hist_python", "history python"), ("hist_all", "history all")):
         print(added_row("torch.empty loop, native %s" % label, r("empty_loop", "native"), r("empty_loop", allocator),
                         label, "native"))
+    print(history_cost_row(r("empty_loop", "tp_python"), r("empty_loop", "tp_history"), r("empty_loop", "native"),
+                           r("empty_loop", "hist_python")))
+    print(history_viz_row(r("history_viz", "tp_history")))
     print(ratios_row("inference ms/iter (ResNet-18, batch 1)", runs, "inference", "ms_per_iter", "%.3f"))
     allocs = r("inference", "native").get("allocs_per_iter")
     if allocs is not None:
