@@ -29,24 +29,34 @@ namespace {
 
 // ---- Errors -----------------------------------------------------------------------------------------
 
-// Made at import and never released: the classes live as long as the process, like the module.
-PyObject* error_class;             // tracepool.Error(RuntimeError)
-PyObject* out_of_memory_class;     // tracepool.OutOfMemoryError(Error, MemoryError)
-PyObject* invalid_argument_class;  // tracepool.InvalidArgumentError(Error, ValueError)
+// tracepool.Error and its subclasses: the python_class column of tracepool_status_map.h names one of
+// these for each status. A subclass is also the builtin exception of its kind, so that a caller's
+// `except MemoryError` or `except ValueError` catches it. The classes are made at import and never
+// released: they live as long as the process, like the module.
+struct exception_class {
+  const char* name;       // tracepool.<name>
+  PyObject* const* kind;  // the builtin base: RuntimeError for Error itself
+  const char* doc;
+  PyObject* object;
+};
+exception_class Error{"Error", &PyExc_RuntimeError, "A tracepool call failed; `status` holds its status code.",
+                      nullptr};
+exception_class OutOfMemoryError{"OutOfMemoryError", &PyExc_MemoryError,
+                                 "The device, or the configured limit, cannot hold the request.", nullptr};
+exception_class InvalidArgumentError{
+    "InvalidArgumentError", &PyExc_ValueError,
+    "The caller's mistake: a bad argument or configuration, an unknown pointer, a double free, a bad device.", nullptr};
+exception_class* const exception_classes[] = {&Error, &OutOfMemoryError, &InvalidArgumentError};
 
 PyObject* class_for(int status) {
   switch (status) {
-    case TRACEPOOL_ERR_OOM:
-      return out_of_memory_class;
-    case TRACEPOOL_ERR_INVALID_ARGUMENT:
-    case TRACEPOOL_ERR_BAD_CONFIG:
-    case TRACEPOOL_ERR_UNKNOWN_POINTER:
-    case TRACEPOOL_ERR_DOUBLE_FREE:
-    case TRACEPOOL_ERR_INVALID_DEVICE:
-      return invalid_argument_class;  // the caller's mistake
-    default:
-      return error_class;
+#define TRACEPOOL_STATUS_CLASS_(name, core_name, code, message, python_class) \
+  case TRACEPOOL_##name:                                                      \
+    return python_class.object;
+    TRACEPOOL_STATUS_MAP(TRACEPOOL_STATUS_CLASS_)
+#undef TRACEPOOL_STATUS_CLASS_
   }
+  return Error.object;
 }
 
 // Raises the class for `status`, carrying the status as its `status` attribute. `message` is
@@ -116,15 +126,9 @@ struct stat_kind {
   tracepool_stat_t tracepool_stat_set_t::*member;
 };
 constexpr stat_kind stat_kinds[] = {
-    {"allocation", &tracepool_stat_set_t::allocation},
-    {"segment", &tracepool_stat_set_t::segment},
-    {"active", &tracepool_stat_set_t::active},
-    {"inactive_split", &tracepool_stat_set_t::inactive_split},
-    {"allocated_bytes", &tracepool_stat_set_t::allocated_bytes},
-    {"reserved_bytes", &tracepool_stat_set_t::reserved_bytes},
-    {"active_bytes", &tracepool_stat_set_t::active_bytes},
-    {"inactive_split_bytes", &tracepool_stat_set_t::inactive_split_bytes},
-    {"requested_bytes", &tracepool_stat_set_t::requested_bytes},
+#define TRACEPOOL_STAT_KIND_(name) {#name, &tracepool_stat_set_t::name},
+    TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_KIND_)
+#undef TRACEPOOL_STAT_KIND_
 };
 
 struct counter {
@@ -154,9 +158,11 @@ tracepool_stats_t device_stats(int device) {
 
 // PyTorch's three pool columns: the top level of tracepool_stats_t is "all".
 std::array<pool, 3> pools_of(const tracepool_stats_t& s) {
-  const tracepool_stat_set_t all{s.allocation,      s.segment,        s.active,       s.inactive_split,
-                                 s.allocated_bytes, s.reserved_bytes, s.active_bytes, s.inactive_split_bytes,
-                                 s.requested_bytes};
+  const tracepool_stat_set_t all{
+#define TRACEPOOL_STAT_OF_ALL_(name) s.name,
+      TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_OF_ALL_)
+#undef TRACEPOOL_STAT_OF_ALL_
+  };
   return {pool{"all", all}, pool{"small_pool", s.small_pool}, pool{"large_pool", s.large_pool}};
 }
 
@@ -213,23 +219,23 @@ std::string library_path() {
 }
 
 void make_error_classes(py::module_& m) {
-  error_class = PyErr_NewExceptionWithDoc("tracepool.Error", "A tracepool call failed; `status` holds its status code.",
-                                          PyExc_RuntimeError, nullptr);
-  if (error_class == nullptr) throw py::error_already_set();
-  py::tuple oom_bases = py::make_tuple(py::handle(error_class), py::handle(PyExc_MemoryError));
-  out_of_memory_class = PyErr_NewExceptionWithDoc("tracepool.OutOfMemoryError",
-                                                  "The device, or the configured limit, cannot hold the request.",
-                                                  oom_bases.ptr(), nullptr);
-  if (out_of_memory_class == nullptr) throw py::error_already_set();
-  py::tuple invalid_bases = py::make_tuple(py::handle(error_class), py::handle(PyExc_ValueError));
-  invalid_argument_class = PyErr_NewExceptionWithDoc(
-      "tracepool.InvalidArgumentError",
-      "The caller's mistake: a bad argument or configuration, an unknown pointer, a double free, a bad device.",
-      invalid_bases.ptr(), nullptr);
-  if (invalid_argument_class == nullptr) throw py::error_already_set();
-  m.attr("Error") = py::handle(error_class);
-  m.attr("OutOfMemoryError") = py::handle(out_of_memory_class);
-  m.attr("InvalidArgumentError") = py::handle(invalid_argument_class);
+  for (exception_class* c : exception_classes) {
+    const std::string qualified = std::string("tracepool.") + c->name;
+    const py::tuple bases = c == &Error ? py::tuple(py::make_tuple(py::handle(*c->kind)))
+                                        : py::tuple(py::make_tuple(py::handle(Error.object), py::handle(*c->kind)));
+    c->object = PyErr_NewExceptionWithDoc(qualified.c_str(), c->doc, bases.ptr(), nullptr);
+    if (c->object == nullptr) throw py::error_already_set();
+    m.attr(c->name) = py::handle(c->object);
+  }
+  // (code, "TRACEPOOL_ERR_OOM: out of memory", class) for every status: tests check the table's rows
+  // against what the package exports.
+  py::list statuses;
+#define TRACEPOOL_STATUS_ROW_(name, core_name, code, message, python_class)                        \
+  statuses.append(py::make_tuple(int{TRACEPOOL_##name}, tracepool_status_string(TRACEPOOL_##name), \
+                                 py::handle(class_for(TRACEPOOL_##name))));
+  TRACEPOOL_STATUS_MAP(TRACEPOOL_STATUS_ROW_)
+#undef TRACEPOOL_STATUS_ROW_
+  m.attr("_statuses") = py::tuple(statuses);
 }
 
 }  // namespace

@@ -25,16 +25,6 @@
 using tracepool::status;
 namespace core = tracepool::core;
 
-static_assert(TRACEPOOL_OK == static_cast<int>(status::ok));
-static_assert(TRACEPOOL_ERR_INVALID_ARGUMENT == static_cast<int>(status::invalid_argument));
-static_assert(TRACEPOOL_ERR_OOM == static_cast<int>(status::out_of_memory));
-static_assert(TRACEPOOL_ERR_INVALID_DEVICE == static_cast<int>(status::invalid_device));
-static_assert(TRACEPOOL_ERR_UNKNOWN_POINTER == static_cast<int>(status::unknown_pointer));
-static_assert(TRACEPOOL_ERR_DOUBLE_FREE == static_cast<int>(status::double_free));
-static_assert(TRACEPOOL_ERR_BAD_CONFIG == static_cast<int>(status::bad_config));
-static_assert(TRACEPOOL_ERR_BACKEND == static_cast<int>(status::backend_error));
-static_assert(TRACEPOOL_ERR_UNAVAILABLE == static_cast<int>(status::unavailable));
-static_assert(TRACEPOOL_ERR_INTERNAL == static_cast<int>(status::internal));
 
 namespace {
 
@@ -389,18 +379,10 @@ int tracepool_write_exit_report(void) { return write_exit_report_once(); }
 
 const char* tracepool_status_string(int s) {
   switch (s) {
-#define TRACEPOOL_STATUS_CASE(value, text) \
-  case value: return #value ": " text;
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_OK, "success")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_INVALID_ARGUMENT, "invalid argument")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_OOM, "out of memory")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_INVALID_DEVICE, "invalid device")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_UNKNOWN_POINTER, "pointer was not allocated by this tracepool")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_DOUBLE_FREE, "pointer is not a live block (double free or interior pointer)")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_BAD_CONFIG, "bad configuration")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_BACKEND, "backend error")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_UNAVAILABLE, "backend unavailable")
-    TRACEPOOL_STATUS_CASE(TRACEPOOL_ERR_INTERNAL, "internal error")
+#define TRACEPOOL_STATUS_CASE(name, core_name, code, message, python_class) \
+  case TRACEPOOL_##name:                                                    \
+    return "TRACEPOOL_" #name ": " message;
+    TRACEPOOL_STATUS_MAP(TRACEPOOL_STATUS_CASE)
 #undef TRACEPOOL_STATUS_CASE
   }
   return "TRACEPOOL_ERR_?: unknown status code";

@@ -18,16 +18,22 @@ stat_table& stat_table::operator+=(const stat_table& o) {
   return *this;
 }
 
+const char* stat_kind_name(stat_kind k) {
+  static const char* const names[stat_kind_count] = {
+#define TRACEPOOL_STAT_NAME_(name) #name,
+      TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_NAME_)
+#undef TRACEPOOL_STAT_NAME_
+  };
+  return names[static_cast<int>(k)];
+}
+
 std::vector<std::pair<std::string, int64_t>> memory_stat_items(const device_stats& st) {
-  static const char* const kinds[stat_kind_count] = {"allocation",      "segment",        "active",
-                                                     "inactive_split",  "allocated_bytes", "reserved_bytes",
-                                                     "active_bytes",    "inactive_split_bytes", "requested_bytes"};
   static const char* const columns[] = {"small_pool", "large_pool", "all"};  // pool_kind order, then all
   std::vector<std::pair<std::string, int64_t>> out;
   for (int k = 0; k < stat_kind_count; ++k)
     for (int c : {all_pools, static_cast<int>(pool_kind::small), static_cast<int>(pool_kind::large)}) {
       const stat& s = st.table.at(static_cast<stat_kind>(k), c);
-      const std::string prefix = std::string(kinds[k]) + "." + columns[c] + ".";
+      const std::string prefix = std::string(stat_kind_name(static_cast<stat_kind>(k))) + "." + columns[c] + ".";
       out.emplace_back(prefix + "current", s.current);
       out.emplace_back(prefix + "peak", s.peak);
       out.emplace_back(prefix + "allocated", s.allocated);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/size_class.h"
+#include "base/tracepool_stat_map.h"
 
 namespace tracepool::core {
 
@@ -44,18 +45,18 @@ struct stat {
   }
 };
 
+// allocation, segment, ..., requested_bytes: the rows of tracepool_stat_map.h, in its order, which is
+// also the order of the C API's tracepool_stat_set_t.
 enum class stat_kind : int {
-  allocation,
-  segment,
-  active,
-  inactive_split,
-  allocated_bytes,
-  reserved_bytes,
-  active_bytes,
-  inactive_split_bytes,
-  requested_bytes,
+#define TRACEPOOL_STAT_KIND_(name) name,
+  TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_KIND_)
+#undef TRACEPOOL_STAT_KIND_
 };
-inline constexpr int stat_kind_count = 9;
+#define TRACEPOOL_STAT_ONE_(name) +1
+inline constexpr int stat_kind_count = 0 TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_ONE_);
+#undef TRACEPOOL_STAT_ONE_
+// "allocated_bytes": the name of a kind in torch.cuda.memory_stats() keys, and in the C API's structs.
+const char* stat_kind_name(stat_kind k);
 inline constexpr int all_pools = pool_kind_count;  // index of the "all" column
 
 // One stat per kind, for the small pool, the large pool and both ("all"). Stored by column, with the
@@ -77,12 +78,23 @@ struct stat_table {
   stat_table& operator+=(const stat_table& o);
 
  private:
-  static constexpr int slot(stat_kind k) {
-    constexpr int slots[stat_kind_count] = {/*allocation*/ 0, /*segment*/ 7, /*active*/ 2, /*inactive_split*/ 5,
-                                            /*allocated_bytes*/ 1, /*reserved_bytes*/ 8, /*active_bytes*/ 3,
-                                            /*inactive_split_bytes*/ 6, /*requested_bytes*/ 4};
-    return slots[static_cast<int>(k)];
-  }
+  // The order of the kinds in a column: the five that every alloc and free touch first.
+  static constexpr stat_kind slot_order[stat_kind_count] = {
+      stat_kind::allocation,           stat_kind::allocated_bytes, stat_kind::active,
+      stat_kind::active_bytes,         stat_kind::requested_bytes, stat_kind::inactive_split,
+      stat_kind::inactive_split_bytes, stat_kind::segment,         stat_kind::reserved_bytes};
+  // slot_order inverted, at compile time: it fails to compile unless slot_order holds every kind once.
+  static constexpr std::array<int, stat_kind_count> slots = [] {
+    std::array<int, stat_kind_count> slot_of{};
+    for (int& s : slot_of) s = -1;
+    for (int s = 0; s < stat_kind_count; ++s) {
+      int& kind_slot = slot_of[static_cast<int>(slot_order[s])];
+      if (kind_slot != -1) throw "stat_table::slot_order names a kind twice";
+      kind_slot = s;
+    }
+    return slot_of;
+  }();
+  static constexpr int slot(stat_kind k) { return slots[static_cast<int>(k)]; }
   alignas(64) std::array<std::array<stat, stat_kind_count>, pool_kind_count + 1> cells_{};
 };
 

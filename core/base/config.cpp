@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 namespace tracepool::core {
 
@@ -28,6 +29,23 @@ bool parse_int(const std::string& v, long lo, long hi, int* out) {
   if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) return false;
   *out = static_cast<int>(n);
   return true;
+}
+
+constexpr const char* capture_mode_names[] = {
+#define TRACEPOOL_CAPTURE_MODE_NAME_(name) #name,
+    TRACEPOOL_CAPTURE_MODE_MAP(TRACEPOOL_CAPTURE_MODE_NAME_)
+#undef TRACEPOOL_CAPTURE_MODE_NAME_
+};
+
+// The capture modes in a list for people: ("|", "|") gives off|native|..., (", ", " or ") off, native ... or all.
+std::string capture_mode_list(const char* separator, const char* last_separator) {
+  std::string list;
+  const size_t n = std::size(capture_mode_names);
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) list += i + 1 == n ? last_separator : separator;
+    list += capture_mode_names[i];
+  }
+  return list;
 }
 
 status bad_value(const std::string& key, const std::string& value, const char* wanted) {
@@ -61,11 +79,7 @@ status apply(const std::string& key, const std::string& value, config* c) {
   } else if (key == "fail_above") {
     if (!parse_bytes(value, &c->host.fail_above)) return bad_value(key, value, bytes);
   } else if (key == "capture") {
-    if (value == "off") c->capture = capture_mode::off;
-    else if (value == "native") c->capture = capture_mode::native;
-    else if (value == "python") c->capture = capture_mode::python;
-    else if (value == "all") c->capture = capture_mode::all;
-    else return bad_value(key, value, "off, native, python or all");
+    if (!parse_capture_mode(value, &c->capture)) return bad_value(key, value, capture_mode_list(", ", " or ").c_str());
   } else if (key == "python_depth") {
     if (!parse_int(value, 1, max_capture_depth, &c->python_depth)) return bad_value(key, value, "an integer from 1 to 256");
   } else if (key == "capture_depth") {
@@ -102,6 +116,14 @@ status apply(const std::string& key, const std::string& value, config* c) {
 
 }  // namespace
 
+const char* capture_mode_name(capture_mode m) { return capture_mode_names[static_cast<int>(m)]; }
+
+bool parse_capture_mode(const std::string& name, capture_mode* out) {
+  for (size_t i = 0; i < std::size(capture_mode_names); ++i)
+    if (name == capture_mode_names[i]) return *out = static_cast<capture_mode>(i), true;
+  return false;
+}
+
 bool parse_bytes(const std::string& text, size_t* out) {
   const std::string t = trim(text);
   char* end = nullptr;
@@ -123,12 +145,16 @@ bool parse_bytes(const std::string& text, size_t* out) {
 }
 
 const char* config_help() {
-  return "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
-         "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
-         "fail_call (k: fail the k-th backend call of any kind, host only), "
-         "fail_above (bytes: fail larger device allocations, host only), capture (off|native|python|all), python_depth (1-256), "
-         "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
-         "history (0: off, or the number of allocator events kept), oom_report (stderr|off)";
+  static const std::string help =
+      "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
+      "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
+      "fail_call (k: fail the k-th backend call of any kind, host only), "
+      "fail_above (bytes: fail larger device allocations, host only), capture (" +
+      capture_mode_list("|", "|") +
+      "), python_depth (1-256), "
+      "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
+      "history (0: off, or the number of allocator events kept), oom_report (stderr|off)";
+  return help.c_str();
 }
 
 status parse_config(const char* text, config* out) {

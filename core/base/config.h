@@ -30,9 +30,18 @@ inline constexpr bool validate_by_default = false;
 inline constexpr int max_capture_depth = 256;
 inline constexpr size_t max_history_entries = size_t{1} << 26;  // history:N, 48 bytes an entry
 
-// What a call site records: native frames, interpreter frames (from the registered frame provider,
-// script_frames.h), or both ("all": in a host without an interpreter that is the native frames).
-enum class capture_mode { off, native, python, all };
+// What a call site records (TRACEPOOL_CONF capture:<name>, and the report's capture.mode), one row each:
+// nothing, native frames, interpreter frames (from the registered frame provider, script_frames.h), or
+// both ("all": in a host without an interpreter that is the native frames).
+#define TRACEPOOL_CAPTURE_MODE_MAP(XX) XX(off) XX(native) XX(python) XX(all)
+enum class capture_mode {
+#define TRACEPOOL_CAPTURE_MODE_(name) name,
+  TRACEPOOL_CAPTURE_MODE_MAP(TRACEPOOL_CAPTURE_MODE_)
+#undef TRACEPOOL_CAPTURE_MODE_
+};
+const char* capture_mode_name(capture_mode m);  // "off", "native", ...
+// Sets *out to the mode called `name`; false, leaving *out alone, if none is.
+bool parse_capture_mode(const std::string& name, capture_mode* out);
 inline bool captures_native(capture_mode m) { return m == capture_mode::native || m == capture_mode::all; }
 inline bool captures_script(capture_mode m) { return m == capture_mode::python || m == capture_mode::all; }
 enum class unwinder_choice { automatic, libunwind, cfi, boost };

@@ -1,22 +1,18 @@
 // status.h: the result of every fallible core operation, and the thread-local message that explains
-// a failure. The numeric values are the C ABI's TRACEPOOL_* codes (capi static_asserts that they match).
+// a failure. The enumerators and their values are the rows of tracepool_status_map.h, which also makes
+// the C ABI's TRACEPOOL_* codes: status::out_of_memory is TRACEPOOL_ERR_OOM.
 #pragma once
 
 #include <cstdarg>
 
+#include "base/tracepool_status_map.h"
+
 namespace tracepool {
 
 enum class status : int {
-  ok = 0,
-  invalid_argument = -1,  // null out-pointer, absurd size, malformed call
-  out_of_memory = -2,     // the device (or the configured limit) cannot hold the request
-  invalid_device = -3,    // device index outside [0, device_count)
-  unknown_pointer = -4,   // free of an address tracepool never handed out
-  double_free = -5,       // free of an address inside tracepool's memory that is not a live block
-  bad_config = -6,        // unknown configuration key or bad value
-  backend_error = -7,     // the driver (or host emulation) reported an unexpected error
-  unavailable = -8,       // the backend cannot run here (no driver, no device)
-  internal = -9,          // a bug or a host allocation failure inside tracepool
+#define TRACEPOOL_STATUS_ENUMERATOR_(name, core_name, code, message, python_class) core_name = (code),
+  TRACEPOOL_STATUS_MAP(TRACEPOOL_STATUS_ENUMERATOR_)
+#undef TRACEPOOL_STATUS_ENUMERATOR_
 };
 
 // Records `fmt` as this thread's last error and returns `s`, so that failure paths read

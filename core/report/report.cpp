@@ -87,8 +87,7 @@ status build_report(allocator& a, const char* reason, report* out) {
   r.reason = reason;
   r.time_ns = now_ns();
   r.backend = a.device_backend().name();
-  static const char* const modes[] = {"off", "native", "python", "all"};
-  r.capture = modes[static_cast<int>(t.mode())];
+  r.capture = capture_mode_name(t.mode());
   r.unwinder = captures_native(t.mode()) ? t.stack_unwinder().name() : "";
   r.capture_depth = t.depth();
   r.python_depth = t.script_depth();

@@ -11,6 +11,9 @@ class OutOfMemoryError(Error, MemoryError):
 class InvalidArgumentError(Error, ValueError):
     """The caller's mistake: a bad argument or configuration, an unknown pointer, a double free, a bad device."""
 
+# (code, tracepool_status_string(code), class raised for it) for every status, TRACEPOOL_OK first.
+_statuses: tuple[tuple[int, str, type[Error]], ...]
+
 def library_path() -> str: ...
 def configure(conf: str) -> None: ...
 def alloc(nbytes: int, device: int = 0, stream: int = 0) -> int: ...

@@ -21,6 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tracepool_stat_map.h"
+#include "tracepool_status_map.h"
+
 #if defined(TRACEPOOL_BUILDING_SHARED)
 #define TRACEPOOL_API __attribute__((visibility("default")))
 #else
@@ -34,16 +37,13 @@ extern "C" {
 #define TRACEPOOL_VERSION 100 /* major*10000 + minor*100 + patch: 0.1.0 */
 
 /* ---- Status codes ------------------------------------------------------------------------- */
-#define TRACEPOOL_OK 0
-#define TRACEPOOL_ERR_INVALID_ARGUMENT (-1) /* null out-pointer, absurd size, malformed call */
-#define TRACEPOOL_ERR_OOM (-2)              /* device or configured limit cannot hold the request */
-#define TRACEPOOL_ERR_INVALID_DEVICE (-3)   /* device index out of range */
-#define TRACEPOOL_ERR_UNKNOWN_POINTER (-4)  /* free of an address tracepool never handed out */
-#define TRACEPOOL_ERR_DOUBLE_FREE (-5)      /* address inside tracepool's memory, not a live block */
-#define TRACEPOOL_ERR_BAD_CONFIG (-6)       /* unknown configuration key or bad value */
-#define TRACEPOOL_ERR_BACKEND (-7)          /* unexpected driver error */
-#define TRACEPOOL_ERR_UNAVAILABLE (-8)      /* backend cannot run here: no driver or no device */
-#define TRACEPOOL_ERR_INTERNAL (-9)         /* bug, or host memory exhausted inside tracepool */
+/* TRACEPOOL_OK (0) and the negative TRACEPOOL_ERR_* codes (TRACEPOOL_ERR_INVALID_ARGUMENT = -1, ...):
+ * one per row of tracepool_status_map.h, which gives each its value and its meaning. */
+enum tracepool_status {
+#define TRACEPOOL_STATUS_CONSTANT_(name, core_name, code, message, python_class) TRACEPOOL_##name = (code),
+  TRACEPOOL_STATUS_MAP(TRACEPOOL_STATUS_CONSTANT_)
+#undef TRACEPOOL_STATUS_CONSTANT_
+};
 
 /* ---- Handles and structs ------------------------------------------------------------------ */
 /* The tag is tracepool_s, not tracepool: C++ cannot have a struct and a namespace of one name. */
@@ -57,17 +57,12 @@ typedef struct tracepool_stat {
   uint64_t freed;     /* total decrease since creation or the last reset_accumulated */
 } tracepool_stat_t;
 
-/* The nine block and segment statistics, for one pool kind (all, small_pool, large_pool). */
+/* The nine block and segment statistics, for one pool kind (all, small_pool, large_pool): one field
+ * per row of tracepool_stat_map.h, in its order (allocation, segment, ..., requested_bytes), which
+ * says what each counts. */
+#define TRACEPOOL_STAT_FIELD_(name) tracepool_stat_t name;
 typedef struct tracepool_stat_set {
-  tracepool_stat_t allocation;           /* blocks handed out */
-  tracepool_stat_t segment;              /* segments obtained from the device */
-  tracepool_stat_t active;               /* blocks handed out, or freed but still in use on a stream */
-  tracepool_stat_t inactive_split;       /* free blocks inside partly used segments */
-  tracepool_stat_t allocated_bytes;      /* bytes of blocks handed out (rounded sizes) */
-  tracepool_stat_t reserved_bytes;       /* bytes of segments obtained from the device */
-  tracepool_stat_t active_bytes;         /* bytes of active blocks */
-  tracepool_stat_t inactive_split_bytes; /* bytes of inactive split blocks */
-  tracepool_stat_t requested_bytes;      /* bytes asked for by callers (before rounding) */
+  TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_FIELD_)
 } tracepool_stat_set_t;
 
 /* Per-device statistics. Set `size = sizeof(tracepool_stats_t)` before calling get_stats: an older
@@ -75,8 +70,7 @@ typedef struct tracepool_stat_set {
  * s.allocated_bytes.current is PyTorch's memory_stats()["allocated_bytes.all.current"]. */
 typedef struct tracepool_stats {
   size_t size;
-  tracepool_stat_t allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
-      active_bytes, inactive_split_bytes, requested_bytes;
+  TRACEPOOL_STAT_MAP(TRACEPOOL_STAT_FIELD_) /* the nine of tracepool_stat_set_t, for all pools */
   uint64_t num_alloc_retries; /* allocations that freed the cache and retried */
   uint64_t num_ooms;          /* allocations that failed with TRACEPOOL_ERR_OOM */
   uint64_t num_device_alloc;  /* segments obtained from the device */
@@ -86,6 +80,7 @@ typedef struct tracepool_stats {
   tracepool_stat_set_t small_pool; /* requests of at most 1 MiB, served from 2 MiB segments */
   tracepool_stat_set_t large_pool; /* larger requests */
 } tracepool_stats_t;
+#undef TRACEPOOL_STAT_FIELD_
 
 /* ---- Lifetime ------------------------------------------------------------------------------ */
 /* The process-wide instance, configured from TRACEPOOL_CONF on first call. NULL if that failed
