@@ -116,7 +116,8 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
     (void)dev.free(b, &taken);  // nothing lost: the block goes back before the error is reported
     return fail(status::internal, "malloc: host memory exhausted while recording the block");
   }
-  observers_.alloc(block_event{b->ptr, b->size, size, device, stream, tag.site, tag.birth});
+  if (observers_.wanted(alloc_events))
+    observers_.alloc(block_event{b->ptr, b->size, size, device, stream, tag.site, tag.birth});
   *out = b->ptr;
   return status::ok;
 }
@@ -127,18 +128,22 @@ status allocator::free(void* ptr) {
   if (b == nullptr) return reject_free(ptr);
   // Ours alone until the pool has it: no other thread touches these fields. Told before the pool
   // takes it back (Note [Observers]).
-  const block_event e{b->ptr, b->size, b->requested, b->seg->device, b->seg->owner->stream(), b->site, b->birth};
-  observers_.free(e);
+  const bool told = observers_.wanted(free_events);
+  block_event e{};
+  if (told) {
+    e = block_event{b->ptr, b->size, b->requested, b->seg->device, b->seg->owner->stream(), b->site, b->birth};
+    observers_.free(e);
+  }
   status s;
   bool taken = false;
   try {
-    s = devices_[static_cast<size_t>(e.device)]->free(b, &taken);
+    s = devices_[static_cast<size_t>(b->seg->device)]->free(b, &taken);
   } catch (const std::bad_alloc&) {
     s = fail(status::internal, "free(%p): host memory exhausted", ptr);
   }
   if (!taken) {
     live_.insert(ptr, b);  // still live: nothing lost, the caller may free it again
-    observers_.alloc(e);
+    if (told) observers_.alloc(e);
   }
   return s;
 }

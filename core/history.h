@@ -32,6 +32,7 @@ class history final : public observer {
   // pre: 0 < capacity <= max_history_entries (base/config.h). The ring is reserved, not touched.
   static status create(size_t capacity, std::unique_ptr<history>* out);
 
+  unsigned events() const override { return alloc_events | free_events | segment_events | oom_events; }
   void on_alloc(const block_event& e) override;
   void on_free(const block_event& e) override;
   void on_segment_alloc(const segment_event& e) override;

@@ -63,9 +63,21 @@ struct mark_event {
   int64_t live_bytes;  // requested bytes live on all devices
 };
 
+// What an observer listens to (observer::events), so that an event nobody wants costs one load.
+enum event_kind : unsigned {
+  alloc_events = 1u << 0,
+  free_events = 1u << 1,
+  segment_events = 1u << 2,
+  oom_events = 1u << 3,
+  mark_events = 1u << 4,
+  all_events = (1u << 5) - 1,
+};
+
 class observer {
  public:
   virtual ~observer() = default;
+  // Read once, when subscribed.
+  virtual unsigned events() const { return all_events; }
   virtual void on_alloc(const block_event&) {}
   virtual void on_free(const block_event&) {}
   virtual void on_segment_alloc(const segment_event&) {}
@@ -77,58 +89,79 @@ class observer {
   virtual void unlock_after_fork() {}
 };
 
-// The subscribers of one allocator. Subscribing is rare (at creation, when a report side attaches) and
-// may race publishing: an observer is published to from the moment subscribe() returns. Observers
-// are never removed; each must outlive the allocator (its owner destroys the allocator first).
+// The subscribers of one allocator, one list per kind of event. Subscribing is rare (at creation,
+// when a report side attaches) and may race publishing: an observer hears every event published after
+// subscribe() returns. Observers are never removed; each must outlive the allocator.
 class observer_list {
  public:
   static constexpr int capacity = 8;
 
   status subscribe(observer* o) {
-    for (auto& slot : list_) {
-      observer* empty = nullptr;
-      if (slot.compare_exchange_strong(empty, o, std::memory_order_release, std::memory_order_relaxed))
-        return status::ok;
+    if (subscribed_.fetch_add(1, std::memory_order_relaxed) >= capacity) {
+      subscribed_.fetch_sub(1, std::memory_order_relaxed);
+      return fail(status::internal, "subscribe: %d observers already", capacity);
     }
-    return fail(status::internal, "subscribe: %d observers already", capacity);
+    const unsigned wanted = o->events();
+    for (int k = 0; k < kinds; ++k)
+      if (wanted & (1u << k)) add(lists_[k], o);
+    add(all_, o);
+    return status::ok;
   }
 
-  // About 2 ns an observer (one virtual call), and one load to see the list end.
+  // Whether anyone listens to `kind`: one load. Lets a caller skip building an event.
+  bool wanted(event_kind kind) const { return first(kind) != nullptr; }
+
+  void alloc(const block_event& e) const { publish(alloc_events, e, &observer::on_alloc); }
+  void free(const block_event& e) const { publish(free_events, e, &observer::on_free); }
+  void segment_alloc(const segment_event& e) const { publish(segment_events, e, &observer::on_segment_alloc); }
+  void segment_free(const segment_event& e) const { publish(segment_events, e, &observer::on_segment_free); }
+  void oom(const oom_event& e) const { publish(oom_events, e, &observer::on_oom); }
+  // Every listener is told; the first failure is returned.
+  status mark(const mark_event& e) const {
+    status first_failure = status::ok;
+    for (const auto& slot : lists_[index(mark_events)]) {
+      observer* o = slot.load(std::memory_order_acquire);
+      if (o == nullptr) break;
+      if (status s = o->on_mark(e); s != status::ok && first_failure == status::ok) first_failure = s;
+    }
+    return first_failure;
+  }
+
+  void lock_for_fork() const {
+    for (const auto& slot : all_)
+      if (observer* o = slot.load(std::memory_order_acquire)) o->lock_for_fork();
+  }
+  void unlock_after_fork() const {
+    for (size_t i = capacity; i-- > 0;)
+      if (observer* o = all_[i].load(std::memory_order_acquire)) o->unlock_after_fork();
+  }
+
+ private:
+  static constexpr int kinds = 5;
+  using list = std::atomic<observer*>[capacity];  // filled from the front, never emptied
+
+  static constexpr int index(event_kind kind) { return __builtin_ctz(kind); }
+  static void add(list& l, observer* o) {
+    for (auto& slot : l) {
+      observer* empty = nullptr;
+      if (slot.compare_exchange_strong(empty, o, std::memory_order_release, std::memory_order_relaxed)) return;
+    }
+  }
+  observer* first(event_kind kind) const { return lists_[index(kind)][0].load(std::memory_order_acquire); }
+
+  // About 2 ns a listener (one virtual call), and one load to see the list end.
   template <typename Event, typename Fn>
-  void publish(const Event& e, Fn on) const {
-    for (const auto& slot : list_) {
+  void publish(event_kind kind, const Event& e, Fn on) const {
+    for (const auto& slot : lists_[index(kind)]) {
       observer* o = slot.load(std::memory_order_acquire);
       if (o == nullptr) return;
       (o->*on)(e);
     }
   }
-  void alloc(const block_event& e) const { publish(e, &observer::on_alloc); }
-  void free(const block_event& e) const { publish(e, &observer::on_free); }
-  void segment_alloc(const segment_event& e) const { publish(e, &observer::on_segment_alloc); }
-  void segment_free(const segment_event& e) const { publish(e, &observer::on_segment_free); }
-  void oom(const oom_event& e) const { publish(e, &observer::on_oom); }
-  // Every observer is told; the first failure is returned.
-  status mark(const mark_event& e) const {
-    status first = status::ok;
-    for (const auto& slot : list_) {
-      observer* o = slot.load(std::memory_order_acquire);
-      if (o == nullptr) break;
-      if (status s = o->on_mark(e); s != status::ok && first == status::ok) first = s;
-    }
-    return first;
-  }
 
-  void lock_for_fork() const {
-    for (const auto& slot : list_)
-      if (observer* o = slot.load(std::memory_order_acquire)) o->lock_for_fork();
-  }
-  void unlock_after_fork() const {
-    for (size_t i = capacity; i-- > 0;)
-      if (observer* o = list_[i].load(std::memory_order_acquire)) o->unlock_after_fork();
-  }
-
- private:
-  std::atomic<observer*> list_[capacity] = {};  // filled from the front, never emptied
+  list lists_[kinds] = {};
+  list all_ = {};  // every observer once, for fork
+  std::atomic<int> subscribed_{0};
 };
 
 }  // namespace tracepool::core

@@ -21,6 +21,7 @@ class oom_reporter final : public observer {
   // `a` must outlive the reporter's use: subscribe it to `a`, and destroy `a` first.
   oom_reporter(allocator& a, bool print) : allocator_(a), print_(print) {}
 
+  unsigned events() const override { return oom_events; }
   void on_oom(const oom_event& e) override;
   // Writes the report of the latest out-of-memory failure (write_report_to's rules).
   status write_last(const char* path, const char* format);

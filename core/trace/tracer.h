@@ -48,6 +48,10 @@ class tracer final : public observer {
   static status create(const config& cfg, std::unique_ptr<tracer>* out);
 
   block_tag capture(size_t size);
+  // Marks always; allocations and frees only when sites are captured (else every site is 0).
+  unsigned events() const override {
+    return mode_ == capture_mode::off ? mark_events : alloc_events | free_events | mark_events;
+  }
   void on_alloc(const block_event& e) override;
   void on_free(const block_event& e) override;
   status on_mark(const mark_event& e) override;
