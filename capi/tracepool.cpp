@@ -13,10 +13,10 @@
 #include <string>
 
 #include "allocator.h"
-#include "config.h"
-#include "fork_guard.h"
+#include "base/config.h"
+#include "base/fork_guard.h"
 #include "report/report.h"
-#include "status.h"
+#include "base/status.h"
 #include "trace/script_frames.h"
 #include "trace/tags.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "allocator.h"
-#include "config.h"
+#include "base/config.h"
 
 namespace tracepool::core {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "allocator.h"
-#include "config.h"
+#include "base/config.h"
 
 namespace tracepool::core {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "allocator.h"
-#include "config.h"
+#include "base/config.h"
 
 namespace tracepool::testing {
 

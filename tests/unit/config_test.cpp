@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "config.h"
+#include "base/config.h"
 
 namespace tracepool::core {
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "size_class.h"
+#include "base/size_class.h"
 
 namespace tracepool::core {
 
