@@ -142,6 +142,13 @@ TEST(ReportReader, ASavedReportRendersAsTheLiveOneDid) {
   }
 }
 
+TEST(HumanBytes, BinaryUnitsWithTwoDecimals) {
+  const std::vector<std::string> expected = {"0 B",      "1023 B",   "1.00 KiB", "1.50 KiB",
+                                             "5.00 MiB", "3.00 GiB", "-2.00 KiB"};
+  const int64_t sizes[] = {0, 1023, 1024, 1536, int64_t{5} << 20, int64_t{3} << 30, -2048};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(core::human_bytes(sizes[i]), expected[i]);
+}
+
 TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
   const std::string text = core::to_text(read_back(core::to_json(every_section("exit"))));
   for (const char* expected :
