@@ -114,10 +114,26 @@ void call_default(Call&& call) {
   });
 }
 
-std::string take_string(char* text) {
+// A string from the library, as str. JSON is UTF-8 already; a text report quotes file and function
+// names as the system gave them, so bytes that are not UTF-8 become U+FFFD, as the JSON writer makes them.
+py::str take_string(char* text) {
   std::unique_ptr<char, void (*)(char*)> owned(text, tracepool_string_free);
-  return std::string(owned.get());
+  const char* s = owned.get() != nullptr ? owned.get() : "";
+  PyObject* decoded = PyUnicode_DecodeUTF8(s, static_cast<Py_ssize_t>(std::strlen(s)), "replace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
 }
+
+// tracepool_report_options_t over strings that outlive it (the caller's arguments).
+struct report_options {
+  tracepool_report_options_t c{};
+  report_options(const std::string* format, const std::optional<std::string>& reason, int top) {
+    c.size = sizeof c;
+    c.format = format != nullptr ? c_text(*format, "format") : nullptr;
+    c.reason = reason ? c_text(*reason, "reason") : nullptr;
+    c.top = top;
+  }
+};
 
 // ---- Statistics -------------------------------------------------------------------------------------
 
@@ -332,23 +348,43 @@ PYBIND11_MODULE(_tracepool, m) {
       "tag_pop", [] { check(tracepool_tag_pop()); }, "Pops the calling thread's innermost tag.");
   m.def(
       "report",
-      [](const std::string& format) {
+      [](const std::string& format, const std::optional<std::string>& reason, int top) {
+        report_options options(&format, reason, top);
         char* text = nullptr;
-        const char* fmt = c_text(format, "format");
-        call_default([&](tracepool_t* tp) { return tracepool_report_string(tp, fmt, &text); });
+        call_default([&](tracepool_t* tp) { return tracepool_report_string_with(tp, &options.c, &text); });
         return take_string(text);
       },
-      py::arg("format") = "json", "The report of the memory held now, as 'json' or 'text'.");
+      py::arg("format") = "json", py::arg("reason") = py::none(), py::arg("top") = 0,
+      "The report of the memory held now, as 'json' or 'text'; reason None: 'demand'; top: sites the text lists "
+      "per section (0: 10).");
   m.def(
       "write_report",
-      [](const std::string& path, const std::optional<std::string>& format) {
+      [](const std::string& path, const std::optional<std::string>& format, const std::optional<std::string>& reason,
+         int top) {
         const char* where = c_text(path, "path");
-        const char* fmt = format ? c_text(*format, "format") : nullptr;
-        call_default([&](tracepool_t* tp) { return tracepool_write_report(tp, where, fmt); });
+        report_options options(format ? &*format : nullptr, reason, top);
+        call_default([&](tracepool_t* tp) { return tracepool_write_report_with(tp, where, &options.c); });
       },
-      py::arg("path"), py::arg("format") = py::none(),
+      py::arg("path"), py::arg("format") = py::none(), py::arg("reason") = py::none(), py::arg("top") = 0,
       "Writes the report to a file (replaced atomically), 'stderr', a descriptor, a device or a FIFO; format "
       "None: JSON for *.json, else text.");
+  m.def(
+      "render_report",
+      [](const py::bytes& saved, const std::string& format, int top, const std::optional<std::string>& name) {
+        report_options options(&format, std::nullopt, top);
+        if (name) options.c.name = c_text(*name, "name");
+        char* json = nullptr;
+        Py_ssize_t size = 0;
+        if (PyBytes_AsStringAndSize(saved.ptr(), &json, &size) != 0) throw py::error_already_set();
+        char* text = nullptr;
+        // `saved` is immutable and referenced by the caller until this returns: read without the GIL.
+        call_without_gil(
+            [&] { return tracepool_render_report(json, static_cast<size_t>(size), &options.c, &text); });
+        return take_string(text);
+      },
+      py::arg("json"), py::arg("format") = "text", py::arg("top") = 0, py::arg("name") = py::none(),
+      "Renders a report saved as JSON (bytes) as 'text' or 'json', with the library's renderer; a text that is "
+      "not a report raises InvalidArgumentError naming its first problem (`name` is what the message calls it).");
   m.def(
       "write_file",
       [](const std::string& path, const py::bytes& data) {
@@ -363,13 +399,13 @@ PYBIND11_MODULE(_tracepool, m) {
       "Writes bytes where a report may go: a new or regular file replaced atomically, a character "
       "device, a FIFO, /dev/stdout, /dev/stderr or /dev/fd/N written straight; anything else refused.");
   m.def(
-      "snapshot_json",
+      "torch_snapshot_json",
       [] {
         char* text = nullptr;
-        call_default([&](tracepool_t* tp) { return tracepool_snapshot_string(tp, &text); });
+        call_default([&](tracepool_t* tp) { return tracepool_torch_snapshot_string(tp, &text); });
         return take_string(text);
       },
-      "The memory held now in the layout of torch.cuda.memory._snapshot(), as JSON.");
+      "The memory held now, and the allocation history where history:N is on, in the layout of torch.cuda.memory._snapshot(), as JSON.");
   m.def(
       "_backward_begin",
       [](int skip) {

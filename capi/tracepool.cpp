@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "handle.h"
 #include "report/oom_reporter.h"
+#include "base/utf8.h"
 #include "report/report.h"
 #include "trace/script_frames.h"
 #include "trace/tags.h"
@@ -123,6 +124,76 @@ class c_frame_provider final : public core::script_provider {
   const tracepool_frame_provider_t p_;
 };
 
+
+// tracepool_report_options_t, checked and with its defaults filled in.
+struct report_request {
+  const char* reason = "demand";
+  const char* format = nullptr;  // "json", "text" or nullptr (by path; strings: text)
+  size_t top = 10;
+  const char* name = nullptr;
+  bool json() const { return format != nullptr && std::strcmp(format, "json") == 0; }
+};
+
+// The struct as first published (through `top`): what the smallest caller passes.
+constexpr size_t report_options_v1 = offsetof(tracepool_report_options_t, top) + sizeof(int);
+constexpr size_t report_options_most = 4096;  // a larger size is not a struct size but a mistake
+constexpr size_t reason_most = 64;
+
+// A text of at most `most` bytes, or a note that it was cut, for a message quoting a caller's string.
+std::string quoted(const char* text, size_t most = 32) {
+  const std::string s(text, strnlen(text, most + 1));
+  return s.size() > most ? s.substr(0, most) + "..." : s;
+}
+
+status read_options(const char* what, const tracepool_report_options_t* options, report_request* out) {
+  if (options == nullptr) return status::ok;
+  const size_t size = options->size;
+  if (size < report_options_v1 || size > report_options_most)
+    return tracepool::fail(status::invalid_argument,
+                           "%s: options->size is %zu; zero the struct and set size = sizeof(tracepool_report_options_t), "
+                           "%zu",
+                           what, size, sizeof(tracepool_report_options_t));
+  // Fields of a newer header that this library does not know must be left zero: they would be ignored.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+  for (size_t i = sizeof(tracepool_report_options_t); i < size; ++i)
+    if (bytes[i] != 0)
+      return tracepool::fail(status::invalid_argument,
+                             "%s: options->size is %zu, and byte %zu is set: a field this tracepool (struct of %zu "
+                             "bytes) does not know",
+                             what, size, i, sizeof(tracepool_report_options_t));
+  tracepool_report_options_t o{};
+  std::memcpy(&o, options, size < sizeof o ? size : sizeof o);
+  if (o.reason != nullptr) {
+    const size_t n = strnlen(o.reason, reason_most + 1);
+    if (n == 0 || n > reason_most)
+      return tracepool::fail(status::invalid_argument, "%s: options->reason must be 1 to %zu bytes, not %s", what,
+                             reason_most, n == 0 ? "empty" : "longer");
+    if (!core::is_utf8(o.reason, n))
+      return tracepool::fail(status::invalid_argument, "%s: options->reason is not UTF-8", what);
+    for (size_t i = 0; i < n; ++i)
+      if (static_cast<unsigned char>(o.reason[i]) < 0x20 || o.reason[i] == 0x7f)
+        return tracepool::fail(status::invalid_argument, "%s: options->reason has a control character at byte %zu",
+                               what, i);
+    if (std::strcmp(o.reason, "oom") == 0)
+      return tracepool::fail(status::invalid_argument,
+                             "%s: options->reason 'oom' is the library's own, for the report of a failed allocation "
+                             "(tracepool_write_oom_report)",
+                             what);
+    out->reason = o.reason;
+  }
+  if (o.format != nullptr) {
+    if (std::strcmp(o.format, "json") != 0 && std::strcmp(o.format, "text") != 0)
+      return tracepool::fail(status::invalid_argument, "%s: options->format '%s': expected json, text or NULL", what,
+                             quoted(o.format).c_str());
+    out->format = o.format;
+  }
+  if (o.top < 0)
+    return tracepool::fail(status::invalid_argument, "%s: options->top is %d: expected 0 (10 sites) or more", what,
+                           o.top);
+  if (o.top > 0) out->top = static_cast<size_t>(o.top);
+  if (size >= offsetof(tracepool_report_options_t, name) + sizeof o.name) out->name = o.name;
+  return status::ok;
+}
 
 // Set by the first writer of the TRACEPOOL_REPORT exit report: tracepool_write_exit_report (a host
 // whose exit skips C's atexit handlers, as CPython's after Ctrl-C) or the atexit handler, whichever
@@ -315,26 +386,62 @@ int tracepool_mark(tracepool_t* tp, const char* label) {
 }
 
 int tracepool_write_report(tracepool_t* tp, const char* path, const char* format) {
+  tracepool_report_options_t options{};
+  options.size = sizeof options;
+  options.format = format;
+  return tracepool_write_report_with(tp, path, &options);
+}
+
+int tracepool_write_report_with(tracepool_t* tp, const char* path, const tracepool_report_options_t* options) {
   return guarded("tracepool_write_report", [&] {
     if (tp == nullptr) return null_handle("tracepool_write_report");
+    report_request q;
+    if (status s = read_options("tracepool_write_report", options, &q); s != status::ok) return s;
     core::report r;
-    if (status s = core::build_report(*tp->impl, "demand", &r); s != status::ok) return s;
-    return core::write_report_to(r, path, format);
+    if (status s = core::build_report(*tp->impl, q.reason, &r); s != status::ok) return s;
+    return core::write_report_to(r, path, q.format, q.top);
   });
 }
 
 int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
+  if (format == nullptr) {  // this function always asked for a format
+    if (out != nullptr) *out = nullptr;
+    return code(tracepool::fail(status::invalid_argument,
+                                "tracepool_report_string: format '(null)': expected json or text"));
+  }
+  tracepool_report_options_t options{};
+  options.size = sizeof options;
+  options.format = format;
+  return tracepool_report_string_with(tp, &options, out);
+}
+
+int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options_t* options, char** out) {
   return guarded("tracepool_report_string", [&] {
     if (tp == nullptr) return null_handle("tracepool_report_string");
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_string: out is NULL");
     *out = nullptr;
-    const std::string f = format != nullptr ? format : "";
-    if (f != "json" && f != "text")
-      return tracepool::fail(status::invalid_argument, "tracepool_report_string: format '%s': expected json or text",
-                             f.c_str());
+    report_request q;
+    if (status s = read_options("tracepool_report_string", options, &q); s != status::ok) return s;
     core::report r;
-    if (status s = core::build_report(*tp->impl, "demand", &r); s != status::ok) return s;
-    return copy_out(f == "json" ? core::to_json(r) : core::to_text(r), out);
+    if (status s = core::build_report(*tp->impl, q.reason, &r); s != status::ok) return s;
+    return copy_out(q.json() ? core::to_json(r) : core::to_text(r, q.top), out);
+  });
+}
+
+int tracepool_render_report(const char* json, size_t size, const tracepool_report_options_t* options, char** out) {
+  return guarded("tracepool_render_report", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_render_report: out is NULL");
+    *out = nullptr;
+    if (json == nullptr && size != 0)
+      return tracepool::fail(status::invalid_argument, "tracepool_render_report: json is NULL and size is %zu", size);
+    report_request q;
+    if (status s = read_options("tracepool_render_report", options, &q); s != status::ok) return s;
+    core::report r;
+    const std::string subject = q.name != nullptr ? q.name : "the text";
+    if (status s = core::read_report_json(std::string_view(json != nullptr ? json : "", size), &r, subject.c_str());
+        s != status::ok)
+      return s;
+    return copy_out(q.json() ? core::to_json(r) : core::to_text(r, q.top), out);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stats.h"
@@ -104,6 +105,13 @@ bool trend_is_growing(const site_trend& t);
 status build_report(allocator& a, const char* reason, report* out);
 std::string to_json(const report& r);
 std::string to_text(const report& r, size_t top_sites = 10);
+// A report saved as JSON (to_json's output, or any text of schema tracepool.report/1) read back, so
+// that to_text renders it exactly as it rendered the live report (report_reader.cpp). The text is
+// untrusted: anything but a well-formed report is invalid_argument with a message that begins with
+// `subject` and names the JSON path of the first problem ("r.json: leaks[3].bytes must be a
+// non-negative integer, not -1", "r.json has schema tracepool.report/2; this tracepool reads
+// tracepool.report/1", "r.json is not a tracepool report (not JSON: ...)"). Never throws.
+status read_report_json(std::string_view text, report* out, const char* subject = "the report");
 // The few lines added to an out-of-memory message: largest free block, cached bytes, top sites.
 std::string oom_summary(const report& r, int device);
 
@@ -112,8 +120,8 @@ std::string oom_summary(const report& r, int device);
 // regular file is replaced atomically (a reader never sees half a report, a killed writer leaves no
 // temporary file); a character device or a FIFO is written in place (a FIFO without a reader is an
 // error); anything else, a symbolic link included, is refused and left alone.
-// format: "json" | "text" | nullptr or "" (by extension: .json is JSON).
-status write_report_to(const report& r, const char* path, const char* format);
+// format: "json" | "text" | nullptr or "" (by extension: .json is JSON); top_sites as to_text's.
+status write_report_to(const report& r, const char* path, const char* format, size_t top_sites = 10);
 // The same for any bytes (tracepool_write_file). data may be NULL when size is 0.
 status write_file_to(const char* path, const void* data, size_t size);
 

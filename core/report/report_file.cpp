@@ -361,7 +361,7 @@ status write_file_to(const char* path, const void* data, size_t size) {
   return write_to(path, data, size, file_writer);
 }
 
-status write_report_to(const report& r, const char* path, const char* format) {
+status write_report_to(const report& r, const char* path, const char* format, size_t top_sites) {
   if (path == nullptr) return fail(status::invalid_argument, "write_report: path is NULL");
   const std::string fmt = format == nullptr ? "" : format;
   bool json;
@@ -373,7 +373,7 @@ status write_report_to(const report& r, const char* path, const char* format) {
     json = ends_with(path, ".json");
   else
     return fail(status::invalid_argument, "write_report: format '%s' is not json or text", fmt.c_str());
-  const std::string content = json ? to_json(r) : to_text(r);
+  const std::string content = json ? to_json(r) : to_text(r, top_sites);
   return write_to(path, content.data(), content.size(), report_writer);
 }
 

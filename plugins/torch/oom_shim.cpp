@@ -4,7 +4,7 @@
 // from the plugin into a null tensor without a word, and any C++ exception other than
 // c10::OutOfMemoryError into a generic RuntimeError (notes/pytorch.md §1.1); throwing that type
 // needs torch's headers and C++ ABI, which libtracepool.so must not depend on. So this file is
-// built only where torch can be imported at build time (plugins/CMakeLists.txt).
+// built only where torch can be imported at build time (plugins/torch/CMakeLists.txt).
 //
 // Note [Exceptions out of an extern "C" function]
 // Everywhere else an exception never crosses tracepool's C ABI (STYLE.md, habit 5). This function

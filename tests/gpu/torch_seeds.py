@@ -363,7 +363,7 @@ def check_record_stream(torch, tracepool):
 def check_snapshots(torch, tracepool, held_marker):
     """torch.cuda's snapshot functions, and dump_snapshot's pickle read by torch.cuda._memory_viz."""
     import tracepool.torch
-    from tracepool._snapshot import VIEWER_OPCODES
+    from tracepool.torch.memory_viz import VIEWER_OPCODES
     from torch.cuda import _memory_viz
 
     step = "snapshot: memory_viz reads dump_snapshot"

@@ -1,5 +1,6 @@
-"""`python -m tracepool`: run, report, help and errors, in subprocesses on the host backend; the text
-renderer on made-up stacks; and the demo, examples/leaky_training.py, through the command line."""
+"""`python -m tracepool`: run, report, help and errors, in subprocesses on the host backend; the
+library's text renderer (tracepool.render_report) on made-up stacks; and the demo,
+examples/leaky_training.py, through the command line."""
 
 import json
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tracepool import _text
+import tracepool
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "leaky_training.py"
@@ -151,7 +152,7 @@ def test_report_renders_a_saved_report_as_the_run_printed_it(leaker, tmp_path):
     assert tracepool_cli("run", "-o", out, leaker).returncode == 0
     done = tracepool_cli("report", out)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == _text.render(json.loads(out.read_text()))
+    assert done.stdout == tracepool.render_report(out.read_bytes())
     assert "at leak (%s:%d)" % (leaker, line_of(leaker, "# LEAK")) in done.stdout
     as_json = tracepool_cli("report", "--format", "json", out)
     assert json.loads(as_json.stdout) == json.loads(out.read_text())
@@ -223,7 +224,7 @@ def _bad_body(change):
               "devices": [{"device": 0, "cached_bytes": 0, "largest_free_block": 0}],
               "leaks": [site], "retained": [dict(site, born_after_mark=None, marks_survived=1)], "cached": [],
               "marks": [{"label": "epoch 0", "time_ns": 1, "live_bytes": 1024}]}
-    assert _text.render(report)  # unchanged, it renders
+    assert tracepool.render_report(json.dumps(report))  # unchanged, it renders
     change(report)
     return json.dumps(report)
 
@@ -317,7 +318,7 @@ def test_report_renders_real_reports_of_every_kind(tmp_path):
             path = tmp_path / name
             rendered = tracepool_cli("report", path)
             assert rendered.returncode == 0, (capture, name, rendered.stderr)
-            assert rendered.stdout == _text.render(json.loads(path.read_text()))
+            assert rendered.stdout == tracepool.render_report(path.read_bytes())
         assert "Out of memory: " in tracepool_cli("report", tmp_path / "oom.json").stdout
 
 
@@ -368,19 +369,19 @@ def test_run_refuses_a_missing_script_or_module_and_a_bad_conf(leaker, tmp_path)
         assert "Traceback" not in done.stderr
 
 
-def test_renderers_agree_for_every_capture_mode():
-    """The text tracepool's core writes, and this package's rendering of its JSON, for the same
-    state, with native, Python and hybrid stacks: they are the same text."""
+def test_a_saved_report_renders_as_the_live_one_for_every_capture_mode():
+    """The text the library writes, and its rendering of the JSON it writes, for the same state, with
+    native, Python and hybrid stacks: they are the same text."""
     program = textwrap.dedent("""
-        import json, tracepool
-        from tracepool import _text
+        import tracepool
         kept = [tracepool.alloc(n) for n in (100, 5 << 20)]
         tracepool.free(tracepool.alloc(3 << 20))
         with tracepool.tag("t"):
             for i in range(3):
                 kept.append(tracepool.alloc(4096))
                 tracepool.mark("epoch %d" % i)
-        print(tracepool.report(format="text") == _text.render(json.loads(tracepool.report(format="json"))))
+        saved = tracepool.report(format="json", reason="exit")
+        print(tracepool.report(format="text", reason="exit", top=2) == tracepool.render_report(saved, top=2))
         """)
     for capture in ("native", "python", "all"):
         env = dict(os.environ, TRACEPOOL_CONF="backend:host,capture:" + capture)
@@ -406,11 +407,12 @@ def one_site_report(frames):
         "tags": [],
         "frames": frames,
     }
-    return {"schema": "tracepool.report/1", "reason": "exit", "backend": "cuda", "leaks": [site], "cached": []}
+    return {"schema": "tracepool.report/1", "reason": "exit", "backend": "cuda", "stats": {}, "leaks": [site],
+            "cached": [], "marks": []}
 
 
 def where(frames):
-    return section(_text.render(one_site_report(frames)), "Leaked:").splitlines()[2:]
+    return section(tracepool.render_report(json.dumps(one_site_report(frames))), "Leaked:").splitlines()[2:]
 
 
 def test_a_python_site_is_shown_by_its_python_lines_after_the_native_function_that_asked():
@@ -456,18 +458,6 @@ def test_native_only_sites_read_as_the_core_renders_them():
 def test_an_unnamed_native_function_is_named_by_its_module():
     frames = [native("??", module="/x/_tracepool.so"), python("f", "a.py", 1)]
     assert where(frames)[0] == "       in _tracepool.so"
-
-
-def test_human_bytes_uses_binary_units_with_two_decimals():
-    assert [_text.human_bytes(n) for n in (0, 1023, 1024, 1536, 5 << 20, 3 << 30, -2048)] == [
-        "0 B",
-        "1023 B",
-        "1.00 KiB",
-        "1.50 KiB",
-        "5.00 MiB",
-        "3.00 GiB",
-        "-2.00 KiB",
-    ]
 
 
 def test_demo_names_its_growing_lines_and_shows_its_activations_as_cached(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 
 import tracepool
 import tracepool.torch  # must import without torch
-from tracepool import _snapshot
+from tracepool.torch import memory_viz
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 STATES = {"active_allocated", "active_pending_free", "inactive"}
@@ -142,17 +142,17 @@ def test_json_becomes_the_dictionary_torch_snapshots_are():
                                     {"address": 139637976727552 + 512, "size": 2097152 - 512, "requested_size": 0,
                                      "state": "inactive", "frames": []}]}],
            "device_traces": [[]], "allocator_settings": {}, "external_annotations": []}
-    data = _snapshot.from_json(json.dumps(doc))
+    data = memory_viz.from_json(json.dumps(doc))
     seg = data["segments"][0]
     assert seg["address"] == 0x7F0000000000 and seg["segment_pool_id"] == (0, 0)
     assert seg["blocks"][0]["frames"] == [{"filename": "train.py", "line": 7, "name": "step"},
                                           {"filename": "??", "line": 0, "name": "0x1234"}]
     assert len(data["device_traces"]) == 2  # one list per device up to the highest with a segment
-    assert _snapshot.without_traces(data)["device_traces"] == [[], []]
+    assert memory_viz.without_traces(data)["device_traces"] == [[], []]
 
 
 def test_snapshot_names_the_allocating_line(blocks):
-    data = _snapshot.from_json(tracepool._tracepool.snapshot_json())
+    data = memory_viz.from_json(tracepool._tracepool.snapshot_json())
     assert viewer_problems(data) == []
     live = [b for s in data["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
     small = [b for b in live if b["requested_size"] == 1000]
@@ -166,9 +166,9 @@ def test_dump_snapshot_writes_protocol_4_with_the_viewers_opcodes_only(blocks, t
     tracepool.torch.dump_snapshot(path)
     raw = path.read_bytes()
     assert raw[:2] == b"\x80\x04"
-    assert opcodes(raw) <= _snapshot.VIEWER_OPCODES, opcodes(raw) - _snapshot.VIEWER_OPCODES
+    assert opcodes(raw) <= memory_viz.VIEWER_OPCODES, opcodes(raw) - memory_viz.VIEWER_OPCODES
     data = pickle.loads(raw)
-    assert data == _snapshot.from_json(tracepool._tracepool.snapshot_json())
+    assert data == memory_viz.from_json(tracepool._tracepool.snapshot_json())
     assert viewer_problems(data) == []
     assert sorted(os.listdir(tmp_path)) == ["snapshot.pickle"]  # no temporary file left behind
 

@@ -37,6 +37,7 @@ __all__ = [
     "leaks",
     "library_path",
     "mark",
+    "render_report",
     "report",
     "stats",
     "tag",
@@ -120,21 +121,47 @@ class tag(contextlib.ContextDecorator):
         _tracepool.tag_pop()
 
 
-def report(format: str = "json") -> str:
-    """The report of the memory held now: ``"json"`` (docs/report-schema.md) or ``"text"``."""
-    return _tracepool.report(format)
+def report(format: str = "json", reason: str | None = None, top: int | None = None) -> str:
+    """The report of the memory held now: ``"json"`` (docs/report-schema.md) or ``"text"``.
+
+    ``reason`` is recorded in it (None: ``"demand"``; ``"exit"`` calls what is held leaked); ``top``
+    is how many sites each section of the text lists (None: 10; JSON holds every site).
+    """
+    return _tracepool.report(format, reason, 0 if top is None else top)
 
 
-def write_report(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None = None) -> None:
+def write_report(
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    format: str | None = None,
+    reason: str | None = None,
+    top: int | None = None,
+) -> None:
     """Writes the report to ``path``.
 
     A new path or a regular file is replaced atomically (no reader sees half a report, no temporary
     file is left behind); ``"stderr"``, ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written
     straight into that descriptor, a character device or a FIFO in place; anything else (a directory,
     a socket, a symbolic link) raises :class:`InvalidArgumentError` and is left alone. ``format`` is
-    ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``.
+    ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``. ``reason`` and ``top``
+    as :func:`report`'s.
     """
-    _tracepool.write_report(os.fsencode(path), format)  # bytes: any file name the OS allows
+    # bytes: any file name the OS allows
+    _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
+
+
+def render_report(
+    saved: str | bytes, format: str = "text", top: int | None = None, name: str | None = None
+) -> str:
+    """Renders a report saved as JSON (by :func:`write_report`, ``TRACEPOOL_REPORT`` or ``python -m
+    tracepool run -o x.json``) as ``"text"``, exactly as the library rendered it live, or as the
+    library's ``"json"``.
+
+    Raises :class:`InvalidArgumentError` for a text that is not a report of schema
+    ``tracepool.report/1``, naming its first problem by JSON path (``leaks[3].bytes must be a
+    non-negative integer, not -1``); ``name`` (a file name, say) is what the message calls the text.
+    """
+    data = saved.encode("utf-8", "surrogatepass") if isinstance(saved, str) else bytes(saved)
+    return _tracepool.render_report(data, format, 0 if top is None else top, name)
 
 
 def write_file(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], data: bytes) -> None:

@@ -14,8 +14,6 @@ import runpy
 import sys
 import traceback
 
-from . import _report_check, _text
-
 SCHEMA = "tracepool.report/1"
 USAGE_ERROR = 2
 
@@ -150,7 +148,8 @@ def _parser():
         "--format",
         choices=("text", "json"),
         default="text",
-        help="text (default), or the JSON itself, indented",
+        help="text (default), or the JSON as the library writes it (checked; fields it does not know are dropped), "
+        "indented",
     )
     return parser
 
@@ -248,25 +247,20 @@ def _run_program(options, program_args):
 
 
 def _report_at_end(options):
+    """The library's report of what the program still holds (reason "exit"), to stderr or --output."""
     import tracepool
 
-    report = json.loads(tracepool.report(format="json"))
-    report["reason"] = "exit"  # made as the program ended: what it still holds, it leaked
-    fmt = options.format
-    if fmt is None:
-        fmt = "json" if options.output is not None and options.output.endswith(".json") else "text"
-    text = json.dumps(report) + "\n" if fmt == "json" else _text.render(report, options.top)
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
     if options.output is None:
-        sys.stderr.write(text)
+        sys.stderr.write(tracepool.report(format=options.format or "text", reason="exit", top=options.top))
         sys.stderr.flush()
         return 0
     try:
-        # As the library writes its own reports: atomically, or straight into a device or a FIFO.
-        tracepool.write_file(options.output, text.encode("utf-8", "backslashreplace"))
+        # Where and as the library writes its reports: atomically, or straight into a device or a FIFO.
+        tracepool.write_report(options.output, format=options.format, reason="exit", top=options.top)
     except tracepool.Error as e:
         print("tracepool: report not written: %s" % e, file=sys.stderr)
         return 1
@@ -299,39 +293,28 @@ def _run(parser, argv):
     return status
 
 
-def load_report(path):
-    """The report saved at `path`, as a dict; UsageError if it cannot be read or is not one."""
+def render_saved_report(path, format="text", top=None):
+    """The report saved at `path`, rendered by the library; UsageError if it cannot be read or is not
+    one (the library's message names the file and the first problem)."""
+    import tracepool
+
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            saved = f.read()
     except OSError as e:
         raise UsageError("report: cannot read %s: %s" % (path, e.strerror or e)) from None
-    except UnicodeDecodeError:
-        raise UsageError("report: %s is not a tracepool report (not text)" % path) from None
     try:
-        report = json.loads(text)
-    except RecursionError:
-        raise UsageError("report: %s is not a tracepool report (JSON nested too deeply)" % path) from None
-    except ValueError as e:
-        raise UsageError("report: %s is not a tracepool report (not JSON: %s)" % (path, e)) from None
-    schema = report.get("schema") if isinstance(report, dict) else None
-    if schema != SCHEMA:
-        if isinstance(schema, str) and schema.startswith("tracepool.report/"):
-            raise UsageError("report: %s has schema %s; this tracepool reads %s" % (path, schema, SCHEMA))
-        raise UsageError('report: %s is not a tracepool report (no "schema": "%s")' % (path, SCHEMA))
-    problem = _report_check.problem(report)  # before rendering: the renderer trusts every type it reads
-    if problem is not None:
-        raise UsageError("report: %s: %s" % (path, problem))
-    return report
+        return tracepool.render_report(saved, format, top, name=path)
+    except tracepool.InvalidArgumentError as e:
+        raise UsageError("report: %s" % e) from None
 
 
 def _report(parser, argv):
     options = parser.parse_args(["report"] + argv)
-    report = load_report(options.file)
     if options.format == "json":
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json.dumps(json.loads(render_saved_report(options.file, "json")), indent=2) + "\n")
     else:
-        sys.stdout.write(_text.render(report, options.top))
+        sys.stdout.write(render_saved_report(options.file, "text", options.top))
     return 0
 
 

@@ -163,6 +163,40 @@ TRACEPOOL_API int tracepool_write_oom_report(tracepool_t* tp, const char* path, 
 /* The report as a string instead of a file: format "json" or "text". *out is NUL-terminated and
  * must be released with tracepool_string_free. */
 TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, char** out);
+
+/* How a report is made and rendered. Zero it, then set size = sizeof(tracepool_report_options_t);
+ * a NULL options pointer means every default. A caller built against an older, smaller struct gets
+ * the defaults of the fields it does not have; a larger struct (a newer header) is accepted only if
+ * the fields this library does not know are zero. Bad options are TRACEPOOL_ERR_INVALID_ARGUMENT with
+ * a message naming the field. */
+typedef struct tracepool_report_options {
+  size_t size;
+  const char* reason; /* why it is made, recorded in the report: NULL gives "demand". UTF-8, 1 to 64
+                         bytes, no control characters; "oom" is the library's own (tracepool_write_oom_report).
+                         tracepool_render_report keeps the saved reason and ignores this. */
+  const char* format; /* "json" | "text" | NULL (write: by path, ".json" is JSON; strings: "text") */
+  int top;            /* call sites the text lists per section, largest first (0: 10; JSON has every site) */
+  const char* name;   /* tracepool_render_report: what its messages call the text, a file name say
+                         (NULL: "the text") */
+} tracepool_report_options_t;
+/* tracepool_write_report with options: the report of the memory held now, to `path` (the rules of
+ * tracepool_write_report). */
+TRACEPOOL_API int tracepool_write_report_with(tracepool_t* tp, const char* path,
+                                              const tracepool_report_options_t* options);
+/* tracepool_report_string with options (format NULL: text). Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options_t* options,
+                                               char** out);
+/* Renders a report saved as JSON (json, size bytes; need not be NUL-terminated) in options->format
+ * (text if NULL), with the same renderer as the library's own reports: the text of a saved report is
+ * the text the live one had. JSON comes out as the library writes it (fields it does not know are
+ * dropped). A text that is not a tracepool.report/1 report, or whose fields have the wrong types, gets
+ * TRACEPOOL_ERR_INVALID_ARGUMENT with a message naming what is wrong, by its JSON path:
+ *   "the text: leaks[3].frames[0].line must be a non-negative integer or null, not \"x\"",
+ *   "the text has schema tracepool.report/2; this tracepool reads tracepool.report/1",
+ *   "the text is not a tracepool report (not JSON: ...)" (options->name replaces "the text").
+ * Needs no instance. Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_render_report(const char* json, size_t size, const tracepool_report_options_t* options,
+                                          char** out);
 TRACEPOOL_API void tracepool_string_free(char* s);
 
 /* ---- Interpreter frames (language runtimes) ------------------------------------------------ */

@@ -1,4 +1,6 @@
-"""tracepool's memory in the layout of ``torch.cuda.memory._snapshot()``, and its pickle.
+"""The PyTorch memory-snapshot export: tracepool's memory in the layout of
+``torch.cuda.memory._snapshot()``, and the pickle pytorch.org/memory_viz opens
+(plugins/torch/python/memory_viz.py, installed as tracepool.torch.memory_viz).
 
 The library writes the snapshot as JSON (``tracepool_snapshot_string``); here it becomes the
 dictionary PyTorch's own tools read (``torch.cuda._memory_viz``: segsum, trace, trace_plot,
@@ -17,7 +19,7 @@ import os
 import pickle
 from typing import Any
 
-from . import _tracepool
+from .. import _tracepool
 
 PICKLE_PROTOCOL = 4
 

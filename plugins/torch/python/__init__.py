@@ -1,4 +1,4 @@
-"""tracepool as PyTorch's CUDA allocator.
+"""tracepool as PyTorch's CUDA allocator (plugins/torch/python/, installed as the subpackage tracepool.torch).
 
 :func:`install` makes tracepool the allocator of every CUDA tensor (one call per tensor, so every
 block carries the Python line that asked for it) and points ``torch.cuda``'s memory functions at
@@ -24,7 +24,8 @@ import os
 import threading
 from typing import Any
 
-from . import _snapshot, _tracepool, configure, library_path
+from .. import _tracepool, configure, library_path
+from . import _oom_shim, memory_viz
 
 __all__ = ["dump_snapshot", "install", "pool"]
 
@@ -43,9 +44,11 @@ _NOT_BEFORE_CUDA = (
 
 
 def _oom_shim_path() -> str | None:
-    """libtracepool_torch.so, built only where torch was importable at build time, or None."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtracepool_torch.so")
-    return path if os.path.exists(path) else None
+    """The OOM shim (libtracepool_torch.so), or None: the build makes it only where torch was importable,
+    installs it next to this file and says so in _oom_shim.py."""
+    if _oom_shim.FILE is None:
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _oom_shim.FILE)
 
 
 def _address(lib: ctypes.CDLL, name: str) -> int:
@@ -154,12 +157,12 @@ def _memory_snapshot(pool_and_traces: tuple[int, int, bool] | None = None) -> di
     """torch._C._cuda_memorySnapshot: None from _snapshot(), (pool id, pool id, include_traces)
     from memory_snapshot() and MemPool.snapshot(). tracepool has no private pools: only (0, 0),
     the default pool, holds segments."""
-    snapshot = _snapshot.from_json(_tracepool.snapshot_json())
+    snapshot = memory_viz.from_json(_tracepool.torch_snapshot_json())
     if pool_and_traces is None:
         return snapshot
     if tuple(pool_and_traces[:2]) != (0, 0):
         snapshot = dict(snapshot, segments=[])
-    return snapshot if pool_and_traces[2] else _snapshot.without_traces(snapshot)
+    return snapshot if pool_and_traces[2] else memory_viz.without_traces(snapshot)
 
 
 def _get_memory_fraction(device: int | None = None) -> float:
@@ -263,4 +266,4 @@ def dump_snapshot(path: str | os.PathLike[str]) -> None:
     shows what is held and by which lines, oldest first). Pickle protocol 4, which the viewer reads
     (it rejects 5, Python 3.14's default). Does not need :func:`install` or torch.
     """
-    _snapshot.dump(_snapshot.from_json(_tracepool.snapshot_json()), path)
+    memory_viz.dump(memory_viz.from_json(_tracepool.torch_snapshot_json()), path)

@@ -1,0 +1,480 @@
+// report_reader.cpp: a report saved as JSON (docs/report-schema.md) read back into a report, so that
+// a saved report renders with the code that renders a live one: to_text(read(to_json(r))) == to_text(r).
+//
+// The text is untrusted (a file a user names). Nothing is rendered from it until every field the
+// renderer reads has been checked, and a text that fails is refused with the JSON path of its first
+// problem: "leaks[3].frames[0].line must be a non-negative integer or null, not \"x\"". The checks,
+// in the order they run:
+//   1. nesting: no more than max_parse_depth levels before parsing (what the parser would build is
+//      bounded), then no value deeper than max_depth (a report nests 5 levels; unknown fields may add
+//      some, not thousands), named by its path;
+//   2. JSON (RFC 8259, UTF-8 included), and "schema": "tracepool.report/1";
+//   3. the schema's fields: each object is checked for its type, then its required fields, then the
+//      fields it documents, in the schema's order. Unknown fields are let through (schema 1 may gain
+//      fields), and values are checked for type, not against the documented enumerations (reason,
+//      kind), which a later version of schema 1 may extend. Integers are counts, sizes, ids, times or
+//      line numbers: never negative, never a bool, and no larger than the field that holds them;
+//   4. consistency: each retained entry is one of the leaks (its site, tags and frames) and names a
+//      kept mark, since the renderer reaches both through indices.
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "report/report.h"
+
+namespace tracepool::core {
+
+namespace {
+
+// Ordered: "first problem" and the depth check follow the document's order, as a reader reads it.
+using json = nlohmann::ordered_json;
+
+constexpr size_t max_depth = 64;
+constexpr size_t max_parse_depth = 512;
+
+// True if `text` opens more than `limit` arrays or objects at once. Counts brackets outside strings
+// only; a text that is not JSON at all is left to the parser.
+bool nested_beyond(std::string_view text, size_t limit) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// A value as a message shows it: JSON for scalars (ASCII, cut short), a word for the others.
+std::string describe(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "a list";
+  const std::string text = v.dump(-1, ' ', true, json::error_handler_t::replace);
+  return text.size() <= 40 ? text : text.substr(0, 36) + (v.is_string() ? "...\"" : "...");
+}
+
+std::string field_path(const std::string& path, const std::string& name) {
+  return path.empty() ? name : path + "." + name;
+}
+
+std::string index_path(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+std::string key_path(const std::string& path, const std::string& key) {
+  return path + "[" + json(key).dump(-1, ' ', true, json::error_handler_t::replace) + "]";
+}
+
+// The path of the first value nested deeper than max_depth, or "". Iterative: the depth is bounded
+// by max_parse_depth already, but no stack frame per level is needed either.
+std::string too_deep(const json& doc) {
+  struct level {
+    const json* node;
+    json::const_iterator at;
+    size_t index;
+  };
+  if (!doc.is_structured()) return "";
+  std::vector<level> stack{{&doc, doc.cbegin(), 0}};  // each level's `at`: the child being looked at
+  while (!stack.empty()) {
+    level& top = stack.back();
+    if (top.at == top.node->cend()) {
+      stack.pop_back();
+      if (!stack.empty()) ++stack.back().at, ++stack.back().index;
+      continue;
+    }
+    if (stack.size() > max_depth) {  // the child is at depth stack.size()
+      std::string path;
+      for (const level& l : stack)
+        path = l.node->is_object() ? field_path(path, l.at.key()) : index_path(path, l.index);
+      return path;
+    }
+    const json& child = *top.at;
+    if (child.is_structured()) {
+      stack.push_back({&child, child.cbegin(), 0});
+    } else {
+      ++top.at;
+      ++top.index;
+    }
+  }
+  return "";
+}
+
+// Reads fields into a report, keeping the first problem found. Every read checks the value's type
+// first; a field that is absent (or null, where null is allowed) leaves the destination as it is.
+class report_reader {
+ public:
+  std::string problem;
+
+  bool object(const json& v, const std::string& path, std::initializer_list<const char*> required = {}) {
+    if (!v.is_object()) return fail(path + " must be an object, not " + describe(v));
+    for (const char* name : required)
+      if (!v.contains(name)) return fail((path.empty() ? "the report" : path) + " has no \"" + name + "\" field");
+    return true;
+  }
+
+  bool string(const json& obj, const std::string& path, const char* name, std::string* out, bool or_null = false) {
+    const json* v = find(obj, name);
+    if (v == nullptr || (or_null && v->is_null())) return true;
+    if (!v->is_string()) return wrong(*v, field_path(path, name), "a string", or_null);
+    *out = v->get<std::string>();
+    return true;
+  }
+
+  bool flag(const json& obj, const std::string& path, const char* name, bool* out) {
+    const json* v = find(obj, name);
+    if (v == nullptr) return true;
+    if (!v->is_boolean()) return wrong(*v, field_path(path, name), "true or false", false);
+    *out = v->get<bool>();
+    return true;
+  }
+
+  template <typename T>
+  bool count(const json& obj, const std::string& path, const char* name, T* out, bool or_null = false) {
+    const json* v = find(obj, name);
+    if (v == nullptr || (or_null && v->is_null())) return true;
+    return count_value(*v, field_path(path, name), out, or_null);
+  }
+
+  template <typename T>
+  bool count_value(const json& v, const std::string& path, T* out, bool or_null = false) {
+    // A bool is not a number here (nlohmann keeps them apart; Python's json does not).
+    const bool non_negative = v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    if (!non_negative) return wrong(v, path, "a non-negative integer", or_null);
+    const uint64_t n = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+    const auto most = static_cast<uint64_t>(std::numeric_limits<T>::max());
+    if (n > most) return fail(path + " must be at most " + std::to_string(most) + ", not " + describe(v));
+    *out = static_cast<T>(n);
+    return true;
+  }
+
+  // Reads each item of the list `name` with read(item, path of item, index); absent: nothing.
+  template <typename Read>
+  bool list(const json& obj, const std::string& path, const char* name, Read&& read) {
+    const json* v = find(obj, name);
+    if (v == nullptr) return true;
+    const std::string where = field_path(path, name);
+    if (!v->is_array()) return wrong(*v, where, "a list", false);
+    for (size_t i = 0; i < v->size(); ++i)
+      if (!read((*v)[i], index_path(where, i), i)) return false;
+    return true;
+  }
+
+  bool strings(const json& obj, const std::string& path, const char* name, std::vector<std::string>* out) {
+    return list(obj, path, name, [&](const json& item, const std::string& where, size_t) {
+      if (!item.is_string()) return wrong(item, where, "a string", false);
+      out->push_back(item.get<std::string>());
+      return true;
+    });
+  }
+
+  bool frames(const json& obj, const std::string& path, std::vector<frame_info>* out) {
+    return list(obj, path, "frames", [&](const json& item, const std::string& where, size_t) {
+      frame_info f;
+      if (!read_frame(item, where, &f)) return false;
+      out->push_back(std::move(f));
+      return true;
+    });
+  }
+
+  bool fail(std::string text) {
+    if (problem.empty()) problem = std::move(text);
+    return false;
+  }
+
+ private:
+  static const json* find(const json& obj, const char* name) {
+    const auto it = obj.find(name);
+    return it == obj.end() ? nullptr : &*it;
+  }
+
+  bool wrong(const json& v, const std::string& path, const char* words, bool or_null) {
+    return fail(path + " must be " + words + (or_null ? " or null" : "") + ", not " + describe(v));
+  }
+
+  // The writer says "??" for a function it could not name, as the symbolizer says "": the renderer
+  // then names a native frame by its address, as it names the live one.
+  bool read_frame(const json& v, const std::string& path, frame_info* f) {
+    std::string kind, address;
+    if (!object(v, path, {"kind", "function"}) || !string(v, path, "kind", &kind) ||
+        !string(v, path, "function", &f->function) || !string(v, path, "file", &f->file, true) ||
+        !count(v, path, "line", &f->line, true) || !string(v, path, "module", &f->module, true) ||
+        !string(v, path, "address", &address) || !flag(v, path, "interpreter", &f->interpreter) ||
+        !flag(v, path, "borrowed", &f->borrowed))
+      return false;
+    f->script = kind == "python";
+    if (f->function == "??") f->function.clear();
+    f->address = static_cast<uintptr_t>(std::strtoull(address.c_str(), nullptr, 16));  // "0x..."
+    return true;
+  }
+};
+
+// A retained entry as saved: the site it belongs to is found among the leaks once they are read.
+struct saved_retained {
+  retained_summary summary;
+  uint32_t site = 0;
+  std::vector<std::string> tags;
+  std::vector<frame_info> frames;
+  bool born_after_a_mark = false;
+  std::string born_after_mark;
+};
+
+bool same_frames(const std::vector<frame_info>& a, const std::vector<frame_info>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].address != b[i].address || a[i].function != b[i].function || a[i].file != b[i].file ||
+        a[i].line != b[i].line || a[i].module != b[i].module || a[i].script != b[i].script ||
+        a[i].borrowed != b[i].borrowed || a[i].interpreter != b[i].interpreter)
+      return false;
+  return true;
+}
+
+// One figure of stats["<device>"] ("allocated_bytes.all.current", "num_ooms", ...) into the device's
+// statistics; names this tracepool does not know are let through.
+void read_stat(const std::string& name, int64_t value, device_stats* st) {
+  static const char* const kinds[stat_kind_count] = {
+      "allocation",      "segment",        "active",       "inactive_split",
+      "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
+      "requested_bytes"};
+  static const char* const columns[] = {"small_pool", "large_pool", "all"};  // pool_kind order, then all
+  static const std::map<std::string, uint64_t event_counters::*> counters = {
+      {"num_alloc_retries", &event_counters::num_alloc_retries},
+      {"num_ooms", &event_counters::num_ooms},
+      {"num_device_alloc", &event_counters::num_device_alloc},
+      {"num_device_free", &event_counters::num_device_free},
+      {"num_invalid_frees", &event_counters::num_invalid_frees}};
+  if (const auto c = counters.find(name); c != counters.end()) {
+    st->counters.*(c->second) = static_cast<uint64_t>(value);
+    return;
+  }
+  if (name == "limit_bytes") {
+    st->limit_bytes = static_cast<uint64_t>(value);
+    return;
+  }
+  for (int k = 0; k < stat_kind_count; ++k)
+    for (int c = 0; c <= all_pools; ++c) {
+      const std::string prefix = std::string(kinds[k]) + "." + columns[c] + ".";
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      stat& s = st->table.at(static_cast<stat_kind>(k), c);
+      const std::string field = name.substr(prefix.size());
+      if (field == "current") s.current = value;
+      if (field == "peak") s.peak = value;
+      if (field == "allocated") s.allocated = value;
+      if (field == "freed") s.freed = value;
+      return;
+    }
+}
+
+bool read_capture(report_reader& in, const json& doc, report* r) {
+  const auto it = doc.find("capture");
+  if (it == doc.end()) return true;
+  const json& c = *it;
+  const std::string path = "capture";
+  if (!in.object(c, path) || !in.string(c, path, "mode", &r->capture) ||
+      !in.string(c, path, "unwinder", &r->unwinder) || !in.count(c, path, "depth", &r->capture_depth) ||
+      !in.count(c, path, "python_depth", &r->python_depth) || !in.count(c, path, "sample_bytes", &r->sample_bytes))
+    return false;
+  bool estimated = false;  // said again by sample_bytes
+  if (!in.flag(c, path, "estimated", &estimated) || !in.count(c, path, "sites", &r->sites) ||
+      !in.count(c, path, "sites_dropped", &r->sites_dropped) ||
+      !in.count(c, path, "cfi_slow_stacks", &r->cfi_slow_stacks))
+    return false;
+  const auto slow = c.find("cfi_last_slow");
+  if (slow == c.end() || slow->is_null()) return true;
+  const std::string where = path + ".cfi_last_slow";
+  if (!slow->is_object()) return in.fail(where + " must be an object or null, not " + describe(*slow));
+  std::string address;
+  frame_info& f = r->cfi_last_slow_frame;
+  if (!in.count(*slow, where, "reason", &r->cfi_last_slow_reason) ||
+      !in.string(*slow, where, "function", &f.function) || !in.string(*slow, where, "module", &f.module, true) ||
+      !in.string(*slow, where, "address", &address))
+    return false;
+  f.address = static_cast<uintptr_t>(std::strtoull(address.c_str(), nullptr, 16));
+  return true;
+}
+
+bool read_devices(report_reader& in, const json& doc, report* r) {
+  std::map<std::string, device_stats> stats;
+  if (const auto it = doc.find("stats"); it != doc.end()) {
+    if (!in.object(*it, "stats")) return false;
+    for (const auto& [device, items] : it->items()) {
+      const std::string where = key_path("stats", device);
+      if (!in.object(items, where)) return false;
+      device_stats& st = stats[device];
+      for (const auto& [name, value] : items.items()) {
+        int64_t n = 0;
+        if (!in.count_value(value, key_path(where, name), &n)) return false;
+        read_stat(name, n, &st);
+      }
+    }
+  }
+  return in.list(doc, "", "devices", [&](const json& item, const std::string& where, size_t) {
+    device_summary d;
+    if (!in.object(item, where, {"device"}) || !in.count(item, where, "device", &d.device) ||
+        !in.count(item, where, "cached_bytes", &d.cached_bytes) ||
+        !in.count(item, where, "largest_free_block", &d.largest_free_block))
+      return false;
+    if (const auto st = stats.find(std::to_string(d.device)); st != stats.end()) d.stats = st->second;
+    r->devices.push_back(std::move(d));
+    return true;
+  });
+}
+
+bool read_site(report_reader& in, const json& v, const std::string& path, site_summary* s) {
+  return in.object(v, path, {"bytes", "blocks", "tags", "frames"}) && in.count(v, path, "site", &s->site) &&
+         in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
+         in.count(v, path, "block_bytes", &s->block_bytes) && in.count(v, path, "peak_bytes", &s->peak_bytes) &&
+         in.count(v, path, "total_bytes", &s->total_bytes) && in.count(v, path, "total_blocks", &s->total_blocks) &&
+         in.strings(v, path, "tags", &s->tags) &&
+         in.list(v, path, "live_at_marks",
+                 [&](const json& item, const std::string& where, size_t) {
+                   int64_t n = 0;
+                   if (!in.count_value(item, where, &n)) return false;
+                   s->live_at_marks.push_back(n);
+                   return true;
+                 }) &&
+         in.flag(v, path, "growing", &s->growing) && in.frames(v, path, &s->frames);
+}
+
+bool read_retained(report_reader& in, const json& v, const std::string& path, saved_retained* t) {
+  if (!in.object(v, path, {"bytes", "blocks"}) || !in.count(v, path, "site", &t->site) ||
+      !in.count(v, path, "bytes", &t->summary.bytes) || !in.count(v, path, "blocks", &t->summary.blocks) ||
+      !in.strings(v, path, "tags", &t->tags) || !in.frames(v, path, &t->frames))
+    return false;
+  if (const auto born = v.find("born_after_mark"); born != v.end() && !born->is_null()) {
+    if (!born->is_string()) return in.fail(path + ".born_after_mark must be a string or null, not " + describe(*born));
+    t->born_after_a_mark = true;
+    t->born_after_mark = born->get<std::string>();
+  }
+  return in.count(v, path, "marks_survived", &t->summary.marks_survived);
+}
+
+bool read_cached(report_reader& in, const json& v, const std::string& path, cached_summary* c) {
+  return in.object(v, path, {"bytes", "blocks", "frames"}) && in.count(v, path, "site", &c->site) &&
+         in.count(v, path, "bytes", &c->bytes) && in.count(v, path, "blocks", &c->blocks) &&
+         in.count(v, path, "largest_free_block", &c->largest_free_block) &&
+         in.count(v, path, "inactive_split_bytes", &c->inactive_split_bytes) && in.strings(v, path, "tags", &c->tags) &&
+         in.frames(v, path, &c->frames);
+}
+
+bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m) {
+  return in.object(v, path) && in.string(v, path, "label", &m->label) && in.count(v, path, "index", &m->index) &&
+         in.count(v, path, "time_ns", &m->time_ns) && in.count(v, path, "live_bytes", &m->live_bytes);
+}
+
+// Every retained entry is a view of one leak and of one kept mark, which the renderer reaches by index.
+bool link_retained(report_reader& in, std::vector<saved_retained>& saved, report* r) {
+  for (size_t i = 0; i < saved.size(); ++i) {
+    saved_retained& t = saved[i];
+    const std::string path = index_path("retained", i);
+    size_t leak = 0;
+    while (leak < r->leaks.size() && !(r->leaks[leak].site == t.site && r->leaks[leak].tags == t.tags &&
+                                       same_frames(r->leaks[leak].frames, t.frames)))
+      ++leak;
+    if (leak == r->leaks.size())
+      return in.fail(path + " is none of the leaks: no entry of \"leaks\" has its site, tags and frames");
+    t.summary.leak = leak;
+    if (t.born_after_a_mark) {
+      int mark = static_cast<int>(r->marks.size()) - 1;
+      while (mark >= 0 && r->marks[static_cast<size_t>(mark)].label != t.born_after_mark) --mark;
+      if (mark < 0)
+        return in.fail(path + ".born_after_mark " + describe(json(t.born_after_mark)) +
+                       " is the label of no entry of \"marks\"");
+      t.summary.born_after = mark;
+    }
+    r->retained.push_back(t.summary);
+  }
+  return true;
+}
+
+bool read_body(report_reader& in, const json& doc, report* r) {
+  std::vector<saved_retained> retained;
+  r->reason = "demand";
+  r->backend = "?";
+  bool ok = in.object(doc, "", {"schema", "stats", "leaks", "cached", "marks"}) &&
+            in.string(doc, "", "reason", &r->reason) && in.count(doc, "", "time_ns", &r->time_ns) &&
+            in.string(doc, "", "backend", &r->backend) && read_capture(in, doc, r) && read_devices(in, doc, r) &&
+            in.list(doc, "", "leaks",
+                    [&](const json& v, const std::string& path, size_t) {
+                      r->leaks.emplace_back();
+                      return read_site(in, v, path, &r->leaks.back());
+                    }) &&
+            in.list(doc, "", "retained",
+                    [&](const json& v, const std::string& path, size_t) {
+                      retained.emplace_back();
+                      return read_retained(in, v, path, &retained.back());
+                    }) &&
+            in.list(doc, "", "cached",
+                    [&](const json& v, const std::string& path, size_t) {
+                      r->cached.emplace_back();
+                      return read_cached(in, v, path, &r->cached.back());
+                    }) &&
+            in.list(doc, "", "marks", [&](const json& v, const std::string& path, size_t) {
+              r->marks.emplace_back();
+              return read_mark(in, v, path, &r->marks.back());
+            });
+  if (!ok) return false;
+  r->marks_made = r->marks.size();
+  if (!in.count(doc, "", "marks_made", &r->marks_made)) return false;
+  r->oom_device = 0;  // a report whose reason is "oom" has a device, even when the text did not say
+  if (const auto oom = doc.find("oom"); oom != doc.end()) {
+    if (!in.object(*oom, "oom") || !in.count(*oom, "oom", "device", &r->oom_device) ||
+        !in.count(*oom, "oom", "requested_bytes", &r->oom_requested) ||
+        !in.string(*oom, "oom", "message", &r->oom_message))
+      return false;
+  }
+  return link_retained(in, retained, r);
+}
+
+}  // namespace
+
+status read_report_json(std::string_view text, report* out, const char* subject) {
+  if (out == nullptr) return fail(status::invalid_argument, "read_report_json: out is NULL");
+  const std::string who = subject != nullptr ? subject : "the report";
+  if (nested_beyond(text, max_parse_depth))
+    return fail(status::invalid_argument, "%s is not a tracepool report (JSON nested too deeply: more than %zu levels)",
+                who.c_str(), max_parse_depth);
+  try {
+    json doc;
+    try {
+      doc = json::parse(text.begin(), text.end());
+    } catch (const json::parse_error& e) {
+      std::string why = e.what();
+      if (const size_t end = why.find("] "); why.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
+        why.erase(0, end + 2);
+      return fail(status::invalid_argument, "%s is not a tracepool report (not JSON: %s)", who.c_str(), why.c_str());
+    }
+    const auto schema = doc.is_object() ? doc.find("schema") : doc.end();
+    if (schema == doc.end() || !schema->is_string() || *schema != report_schema) {
+      if (schema != doc.end() && schema->is_string() && schema->get<std::string>().rfind("tracepool.report/", 0) == 0)
+        return fail(status::invalid_argument, "%s has schema %s; this tracepool reads %s", who.c_str(),
+                    schema->get<std::string>().c_str(), report_schema);
+      return fail(status::invalid_argument, "%s is not a tracepool report (no \"schema\": \"%s\")", who.c_str(),
+                  report_schema);
+    }
+    if (const std::string deep = too_deep(doc); !deep.empty())
+      return fail(status::invalid_argument, "%s: %s is nested more than %zu levels deep", who.c_str(), deep.c_str(),
+                  max_depth);
+    report_reader in;
+    report r;
+    if (!read_body(in, doc, &r)) return fail(status::invalid_argument, "%s: %s", who.c_str(), in.problem.c_str());
+    *out = std::move(r);
+    return status::ok;
+  } catch (const std::bad_alloc&) {
+    return fail(status::internal, "read_report_json: host memory exhausted");
+  } catch (const std::exception& e) {  // nlohmann's type and range errors: a bug here, not the text's
+    return fail(status::internal, "read_report_json: %s", e.what());
+  }
+}
+
+}  // namespace tracepool::core

@@ -1,0 +1,434 @@
+// Reading a saved report back (core/report/report_reader.cpp) and rendering it through the C API
+// (tracepool_render_report): a saved report renders as the live one did, and a text that is not a
+// report is refused with a message naming its first problem, never a crash.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "report/report.h"
+#include "report_support.h"
+#include "tracepool/tracepool.h"
+
+namespace {
+
+namespace core = tracepool::core;
+using tracepool::status;
+using tracepool::testing::json;
+using tracepool::testing::read_file;
+using tracepool::testing::scratch_dir;
+
+core::frame_info python_frame(const char* function, const char* file, int line, bool borrowed = false) {
+  core::frame_info f;
+  f.script = true;
+  f.function = function;
+  f.file = file;
+  f.line = line;
+  f.borrowed = borrowed;
+  return f;
+}
+
+core::frame_info native_frame(const char* function, const char* file, int line, const char* module, uintptr_t address,
+                              bool interpreter = false) {
+  core::frame_info f;
+  f.function = function;
+  f.file = file;
+  f.line = line;
+  f.module = module;
+  f.address = address;
+  f.interpreter = interpreter;
+  return f;
+}
+
+// A report with every section and every kind of frame the renderer treats apart: Python frames after
+// native ones, library frames, borrowed frames, the interpreter's own frames, an unnamed native frame,
+// native-only stacks ending at main, a site with no frames, tags, UTF-8, marks and an OOM.
+core::report every_section(const char* reason) {
+  core::report r;
+  r.reason = reason;
+  r.time_ns = 1700000000123456789ULL;
+  r.backend = "host";
+  r.capture = "all";
+  r.unwinder = "cfi";
+  r.capture_depth = 32;
+  r.python_depth = 64;
+  r.sites = 7;
+  r.sites_dropped = 2;
+  r.cfi_slow_stacks = 3;
+  r.cfi_last_slow_reason = 257;
+  r.cfi_last_slow_frame = native_frame("slow_fn", "", 0, "/lib/libslow.so", 0xdead);
+  for (int d : {0, 1}) {
+    core::device_summary s;
+    s.device = d;
+    s.stats.table.increase(core::stat_kind::allocated_bytes, core::pool_kind::large, (40 + d) << 20);
+    s.stats.table.increase(core::stat_kind::allocation, core::pool_kind::small, 9);
+    s.stats.table.increase(core::stat_kind::reserved_bytes, core::pool_kind::large, 80 << 20);
+    s.stats.table.decrease(core::stat_kind::allocated_bytes, core::pool_kind::large, 1 << 20);
+    s.stats.counters.num_ooms = 1;
+    s.stats.limit_bytes = 1 << 30;
+    s.cached_bytes = 24 << 20;
+    s.largest_free_block = 20 << 20;
+    r.devices.push_back(s);
+  }
+  core::site_summary python_site;
+  python_site.site = 3;
+  python_site.tags = {"validation", "épreuve ✓"};
+  python_site.frames = {native_frame("at::empty_cuda", "", 0, "/usr/lib/libtorch_cuda.so", 0x1000),
+                        native_frame("", "", 0, "", 0x2000),
+                        python_frame("forward", "/site-packages/torch/nn/module.py", 1500),
+                        native_frame("_PyEval_EvalFrameDefault", "", 0, "/usr/bin/python3", 0x3000, true),
+                        python_frame("validate", "train_é.py", 129),
+                        python_frame("main", "train_é.py", 139, true),
+                        python_frame("<module>", "train_é.py", 154, true),
+                        python_frame("_run_code", "/usr/lib/python3.11/runpy.py", 88)};
+  python_site.bytes = 18 << 20;
+  python_site.blocks = 9;
+  python_site.block_bytes = 18 << 20;
+  python_site.peak_bytes = 18 << 20;
+  python_site.total_bytes = 30 << 20;
+  python_site.total_blocks = 15;
+  python_site.live_at_marks = {6 << 20, 12 << 20, 18 << 20};
+  python_site.growing = true;
+  core::site_summary native_site;
+  native_site.site = 5;
+  for (int i = 0; i < 7; ++i) {
+    const char* function = i == 1 ? "" : i == 3 ? "main" : "fn";
+    native_site.frames.push_back(native_frame(function, i == 1 ? "" : "a.c", i + 1, "/bin/a", 0x10u + i));
+  }
+  native_site.bytes = 1000;
+  native_site.blocks = 1;
+  core::site_summary no_site;
+  no_site.bytes = 512;
+  no_site.blocks = 2;
+  r.leaks = {python_site, native_site, no_site};
+  r.marks = {{"epoch 0", 0, 10, 6 << 20}, {"époque 1", 1, 20, 12 << 20}, {"epoch 2", 2, 30, 18 << 20}};
+  r.marks_made = 3;
+  r.retained = {{0, -1, 3, 6 << 20, 3}, {0, 1, 1, 6 << 20, 3}, {1, 0, 2, 1000, 1}};
+  core::cached_summary c;
+  c.site = 3;
+  c.tags = {"validation"};
+  c.frames = {python_frame("relu", "train.py", 48)};
+  c.bytes = 24 << 20;
+  c.blocks = 1;
+  c.largest_free_block = 20 << 20;
+  c.inactive_split_bytes = 4 << 20;
+  r.cached = {c, core::cached_summary{}};
+  if (r.reason == "oom") {
+    r.oom_device = 1;
+    r.oom_requested = 50 << 20;
+    r.oom_message = "device 1: 50.00 MiB requested, 40.00 MiB allocated";
+  }
+  return r;
+}
+
+core::report read_back(const std::string& text) {
+  core::report r;
+  EXPECT_EQ(core::read_report_json(text, &r), status::ok) << tracepool::last_error();
+  return r;
+}
+
+TEST(ReportReader, ASavedReportRendersAsTheLiveOneDid) {
+  for (const char* reason : {"demand", "exit", "oom"}) {
+    const core::report r = every_section(reason);
+    const core::report back = read_back(core::to_json(r));
+    for (size_t top : {size_t{1}, size_t{2}, size_t{10}})
+      EXPECT_EQ(core::to_text(back, top), core::to_text(r, top)) << reason;
+    EXPECT_EQ(core::to_json(back), core::to_json(r)) << reason;
+    EXPECT_EQ(core::oom_summary(back, 1), core::oom_summary(r, 1)) << reason;
+  }
+}
+
+TEST(HumanBytes, BinaryUnitsWithTwoDecimals) {
+  const std::vector<std::string> expected = {"0 B",      "1023 B",   "1.00 KiB", "1.50 KiB",
+                                             "5.00 MiB", "3.00 GiB", "-2.00 KiB"};
+  const int64_t sizes[] = {0, 1023, 1024, 1536, int64_t{5} << 20, int64_t{3} << 30, -2048};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(core::human_bytes(sizes[i]), expected[i]);
+}
+
+TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
+  const std::string text = core::to_text(read_back(core::to_json(every_section("exit"))));
+  for (const char* expected :
+       {"== tracepool report (exit): host backend, cfi stacks of up to 32 frames, every allocation",
+        "device 1: 40.00 MiB allocated in 9 blocks (peak 41.00 MiB)", "[validation > épreuve ✓]",
+        "GROWING across marks: 6.00 MiB 12.00 MiB 18.00 MiB", "in forward (module.py:1500)",
+        "at validate (train_é.py:129)", "at main (train_é.py:139), on the thread that started this work",
+        "at 0x11 (in a)\n       at fn (a.c:3)\n       at main (a.c:4)\n",
+        "(no call site: capture was off or the site table was full)", "after mark 'époque 1'",
+        "born before the first mark", "Marks:\n  epoch 0 "}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+  }
+  EXPECT_EQ(text.find("runpy"), std::string::npos) << "nothing beyond <module>";
+}
+
+// A host instance's own reports (native frames, tags, marks, retained and cached memory, an OOM): the
+// C API renders their JSON into the text the instance itself wrote.
+__attribute__((noinline)) void* hold(tracepool_t* tp, size_t n) {
+  void* p = nullptr;
+  EXPECT_EQ(tracepool_malloc(tp, n, 0, nullptr, &p), TRACEPOOL_OK);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+std::string render(const std::string& json_text, const char* format = nullptr, int top = 0, int* rc = nullptr,
+                   const char* name = nullptr) {
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  o.format = format;
+  o.top = top;
+  o.name = name;
+  char* out = nullptr;
+  const int status = tracepool_render_report(json_text.data(), json_text.size(), &o, &out);
+  if (rc != nullptr) *rc = status;
+  std::string text = out != nullptr ? out : tracepool_last_error();
+  tracepool_string_free(out);
+  return text;
+}
+
+std::string report_string(tracepool_t* tp, const char* format, const char* reason = nullptr, int top = 0) {
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  o.format = format;
+  o.reason = reason;
+  o.top = top;
+  char* out = nullptr;
+  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_OK) << tracepool_last_error();
+  std::string text = out != nullptr ? out : "";
+  tracepool_string_free(out);
+  return text;
+}
+
+TEST(RenderReport, TheLibrarysOwnReportsRenderAsItWroteThem) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,validate:on,host_capacity:64MiB,oom_report:off", &tp), TRACEPOOL_OK);
+  std::vector<void*> kept;
+  ASSERT_EQ(tracepool_tag_push("ünïcode tag"), TRACEPOOL_OK);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    kept.push_back(hold(tp, 1 << 20));
+    EXPECT_EQ(tracepool_free(tp, hold(tp, 3 << 20), nullptr), TRACEPOOL_OK);
+    EXPECT_EQ(tracepool_mark(tp, ("epoch ✓ " + std::to_string(epoch)).c_str()), TRACEPOOL_OK);
+  }
+  ASSERT_EQ(tracepool_tag_pop(), TRACEPOOL_OK);
+  for (const char* reason : {"demand", "exit", "validation ✓"})
+    for (int top : {0, 1}) {
+      const std::string saved = report_string(tp, "json", reason);
+      EXPECT_EQ(render(saved, nullptr, top), report_string(tp, "text", reason, top)) << reason;
+      EXPECT_EQ(render(saved, "json"), saved);
+    }
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, size_t{63} << 20, 0, nullptr, &p), TRACEPOOL_ERR_OOM);
+  const std::string dir = scratch_dir();
+  ASSERT_EQ(tracepool_write_oom_report(tp, (dir + "/oom.json").c_str(), nullptr), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_write_oom_report(tp, (dir + "/oom.txt").c_str(), nullptr), TRACEPOOL_OK);
+  const std::string oom_text = render(read_file(dir + "/oom.json"));
+  EXPECT_EQ(oom_text, read_file(dir + "/oom.txt"));
+  EXPECT_NE(oom_text.find("Out of memory: "), std::string::npos) << oom_text;
+  for (void* k : kept) EXPECT_EQ(tracepool_free(tp, k, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+TEST(RenderReport, ReasonAndTopAreTheCallersAndWriteTakesThemToo) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK);
+  std::vector<void*> kept;
+  kept.push_back(hold(tp, 4096));  // four sites
+  kept.push_back(hold(tp, 8192));
+  kept.push_back(hold(tp, 12288));
+  kept.push_back(hold(tp, 16384));
+  const std::string text = report_string(tp, nullptr, "exit", 2);  // format NULL: text
+  EXPECT_EQ(text.rfind("== tracepool report (exit)", 0), 0u) << text;
+  EXPECT_NE(text.find("Leaked: memory still allocated at exit"), std::string::npos);
+  EXPECT_NE(text.find("  ... 2 more sites holding"), std::string::npos) << text;
+  EXPECT_EQ(json::parse(report_string(tp, "json"))["reason"], "demand");
+
+  const std::string path = scratch_dir() + "/r.json";
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  o.reason = "exit";
+  o.top = 1;
+  ASSERT_EQ(tracepool_write_report_with(tp, path.c_str(), &o), TRACEPOOL_OK) << tracepool_last_error();
+  EXPECT_EQ(json::parse(read_file(path))["reason"], "exit");
+  o.format = "text";
+  ASSERT_EQ(tracepool_write_report_with(tp, path.c_str(), &o), TRACEPOOL_OK);
+  EXPECT_NE(read_file(path).find("  ... 3 more sites holding"), std::string::npos);
+  ASSERT_EQ(tracepool_write_report_with(tp, path.c_str(), nullptr), TRACEPOOL_OK);  // every default: by path
+  EXPECT_EQ(json::parse(read_file(path))["reason"], "demand");
+  for (void* k : kept) EXPECT_EQ(tracepool_free(tp, k, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+TEST(RenderReport, BadOptionsAreRefusedNamingTheField) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
+  const std::string long_reason(65, 'r');
+  struct bad {
+    size_t size;
+    const char* reason;
+    const char* format;
+    int top;
+    const char* message;
+  };
+  const bad cases[] = {
+      {0, nullptr, nullptr, 0, "options->size is 0"},
+      {sizeof(size_t), nullptr, nullptr, 0, "options->size is 8"},
+      {1 << 20, nullptr, nullptr, 0, "options->size is 1048576"},
+      {sizeof(tracepool_report_options_t), nullptr, "xml", 0, "options->format 'xml'"},
+      {sizeof(tracepool_report_options_t), nullptr, "", 0, "options->format ''"},
+      {sizeof(tracepool_report_options_t), nullptr, nullptr, -1, "options->top is -1"},
+      {sizeof(tracepool_report_options_t), "", nullptr, 0, "options->reason must be 1 to 64 bytes"},
+      {sizeof(tracepool_report_options_t), long_reason.c_str(), nullptr, 0, "options->reason must be 1 to 64 bytes"},
+      {sizeof(tracepool_report_options_t), "bad \xff utf-8", nullptr, 0, "options->reason is not UTF-8"},
+      {sizeof(tracepool_report_options_t), "two\nlines", nullptr, 0, "options->reason has a control character"},
+      {sizeof(tracepool_report_options_t), "oom", nullptr, 0, "options->reason 'oom' is the library's own"},
+  };
+  const std::string valid = core::to_json(every_section("demand"));
+  for (const bad& b : cases) {
+    tracepool_report_options_t o{};
+    o.size = b.size;
+    o.reason = b.reason;
+    o.format = b.format;
+    o.top = b.top;
+    char* out = reinterpret_cast<char*>(&o);  // must be set to NULL
+    EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT) << b.message;
+    EXPECT_EQ(out, nullptr);
+    EXPECT_NE(std::string(tracepool_last_error()).find(b.message), std::string::npos) << tracepool_last_error();
+    EXPECT_EQ(tracepool_write_report_with(tp, "/dev/null", &o), TRACEPOOL_ERR_INVALID_ARGUMENT) << b.message;
+    if (b.reason == nullptr) {  // render ignores the reason
+      EXPECT_EQ(tracepool_render_report(valid.data(), valid.size(), &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(tracepool_last_error()).find(b.message), std::string::npos) << tracepool_last_error();
+    }
+  }
+  // A newer, larger struct: accepted while the fields this library does not know are zero.
+  struct newer {
+    tracepool_report_options_t known;
+    void* unknown;
+  } n{};
+  n.known.size = sizeof n;
+  char* out = nullptr;
+  EXPECT_EQ(tracepool_report_string_with(tp, &n.known, &out), TRACEPOOL_OK) << tracepool_last_error();
+  tracepool_string_free(out);
+  n.unknown = &n;
+  EXPECT_EQ(tracepool_report_string_with(tp, &n.known, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tracepool_last_error()).find("does not know"), std::string::npos) << tracepool_last_error();
+  // An older struct, without name: its messages say "the text".
+  tracepool_report_options_t old{};
+  old.size = offsetof(tracepool_report_options_t, top) + sizeof(int);
+  old.name = "must not be read";
+  EXPECT_EQ(tracepool_render_report("[]", 2, &old, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(tracepool_last_error()).rfind("the text is not a tracepool report", 0), 0u)
+      << tracepool_last_error();
+  EXPECT_EQ(tracepool_render_report("{}", 2, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_render_report(nullptr, 1, nullptr, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_report_string(tp, nullptr, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  tracepool_destroy(tp);
+}
+
+// The first problem of a report changed by `change`, as the message says it.
+std::string problem_after(void (*change)(json&)) {
+  json r = json::parse(core::to_json(every_section("exit")));
+  change(r);
+  int rc = 0;
+  const std::string message = render(r.dump(), nullptr, 0, &rc, "r.json");
+  EXPECT_EQ(rc, TRACEPOOL_ERR_INVALID_ARGUMENT) << message;
+  return message;
+}
+
+TEST(RenderReport, ABadBodyIsNamedByTheJsonPathOfItsFirstProblem) {
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"] = "x"; }), "r.json: leaks must be a list, not \"x\"");
+  EXPECT_EQ(problem_after([](json& r) { r["stats"] = nullptr; }), "r.json: stats must be an object, not null");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["bytes"] = -1; }),
+            "r.json: leaks[0].bytes must be a non-negative integer, not -1");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["bytes"] = true; }),
+            "r.json: leaks[0].bytes must be a non-negative integer, not true");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["frames"][0]["line"] = "x"; }),
+            "r.json: leaks[0].frames[0].line must be a non-negative integer or null, not \"x\"");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][1]["frames"][0]["line"] = int64_t{1} << 40; }),
+            "r.json: leaks[1].frames[0].line must be at most 2147483647, not 1099511627776");
+  EXPECT_EQ(problem_after([](json& r) { r["stats"]["1"]["num_ooms"] = "1"; }),
+            "r.json: stats[\"1\"][\"num_ooms\"] must be a non-negative integer, not \"1\"");
+  EXPECT_EQ(problem_after([](json& r) { r["capture"]["cfi_last_slow"] = 1; }),
+            "r.json: capture.cfi_last_slow must be an object or null, not 1");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"] = json::array({json::object()}); }),
+            "r.json: devices[0] has no \"device\" field");
+  EXPECT_EQ(problem_after([](json& r) { r.erase("leaks"); }), "r.json: the report has no \"leaks\" field");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["tags"] = json::array({std::string(60, 'x')}); }),
+            "r.json: retained[0] is none of the leaks: no entry of \"leaks\" has its site, tags and frames");
+  EXPECT_EQ(problem_after([](json& r) { r["retained"][1]["born_after_mark"] = "epoch 9"; }),
+            "r.json: retained[1].born_after_mark \"epoch 9\" is the label of no entry of \"marks\"");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["tags"][0] = std::string(60, 'x') + "\xc3\xa9"; }),
+            "r.json: retained[0] is none of the leaks: no entry of \"leaks\" has its site, tags and frames");
+  EXPECT_EQ(problem_after([](json& r) {
+              r["oom"] = {{"message", std::string(50, 'm')}, {"device", -2}};
+            }),
+            "r.json: oom.device must be a non-negative integer, not -2");
+  EXPECT_EQ(problem_after([](json& r) { r["marks"][0]["label"] = std::string(50, 'm'); }),
+            "r.json: retained[2].born_after_mark \"epoch 0\" is the label of no entry of \"marks\"");
+  EXPECT_EQ(problem_after([](json& r) {
+              r["reason"] = std::string(50, 'r');
+              r["backend"] = 3;
+            }),
+            "r.json: backend must be a string, not 3");
+  EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["frames"][0]["function"] = std::string(50, 'f') + "\"x"; }),
+            "r.json: retained[0] is none of the leaks: no entry of \"leaks\" has its site, tags and frames");
+  EXPECT_EQ(problem_after([](json& r) {
+              r["reason"] = std::string(50, 'r') + "\xc3\xa9";
+              r["time_ns"] = std::string(50, 't');
+            }),
+            "r.json: time_ns must be a non-negative integer, not \"" + std::string(35, 't') + "...\"");
+}
+
+TEST(RenderReport, WhatIsNotAReportIsRefusedAsSuch) {
+  int rc = 0;
+  EXPECT_EQ(render("not json", nullptr, 0, &rc).rfind("the text is not a tracepool report (not JSON: ", 0), 0u);
+  EXPECT_EQ(render("{\"leaks\": []}", nullptr, 0, &rc),
+            "the text is not a tracepool report (no \"schema\": \"tracepool.report/1\")");
+  EXPECT_EQ(render("{\"schema\": \"tracepool.report/2\"}", nullptr, 0, &rc, "r.json"),
+            "r.json has schema tracepool.report/2; this tracepool reads tracepool.report/1");
+  const std::string deep =
+      "{\"schema\": \"tracepool.report/1\", \"leaks\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_NE(render(deep, nullptr, 0, &rc).find("(JSON nested too deeply"), std::string::npos);
+  json r = json::parse(core::to_json(every_section("exit")));
+  r["x"] = json::parse(std::string(200, '[') + std::string(200, ']'));
+  const std::string message = render(r.dump(), nullptr, 0, &rc);
+  EXPECT_EQ(
+      message, "the text: x" + [] {
+        std::string s;
+        for (int i = 0; i < 64; ++i) s += "[0]";
+        return s;
+      }() + " is nested more than 64 levels deep");
+  EXPECT_EQ(rc, TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
+// Every file of tests/fuzz/report_corpus: good-* render (as text and as JSON, and the JSON renders
+// to the same text), bad-* are refused with a message; none crashes (the sanitizer builds run this).
+TEST(RenderReport, TheCorpusOfSavedReportsRendersOrIsRefused) {
+  const std::string dir = TRACEPOOL_REPORT_CORPUS;
+  DIR* d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') names.push_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 20u);
+  for (const std::string& name : names) {
+    const std::string text = read_file(dir + "/" + name);
+    int rc = 0;
+    const std::string out = render(text, nullptr, 0, &rc, name.c_str());
+    if (name.rfind("good-", 0) == 0) {
+      ASSERT_EQ(rc, TRACEPOOL_OK) << name << ": " << out;
+      EXPECT_EQ(out.rfind("== tracepool report (", 0), 0u) << name;
+      const std::string as_json = render(text, "json", 0, &rc);
+      ASSERT_EQ(rc, TRACEPOOL_OK) << name << ": " << as_json;
+      EXPECT_EQ(render(as_json), out) << name;
+    } else {
+      EXPECT_EQ(rc, name.rfind("bad-", 0) == 0 ? TRACEPOOL_ERR_INVALID_ARGUMENT : rc) << name << ": " << out;
+      if (rc != TRACEPOOL_OK) EXPECT_EQ(out.rfind(name, 0), 0u) << name << ": " << out;  // names the file first
+    }
+  }
+}
+
+}  // namespace
