@@ -442,7 +442,7 @@ class runner {
         break;
       }
       case 4:
-        expect(tracepool_snapshot_string(in_.tp, &s), TRACEPOOL_OK, "snapshot_string");
+        expect(tracepool_torch_snapshot_string(in_.tp, &s), TRACEPOOL_OK, "torch_snapshot_string");
         FUZZ_EXPECT(s != nullptr, "snapshot_string gave NULL");
         check_json(s, "snapshot_string");
         if (m_.one_thread) check_snapshot_blocks(s);

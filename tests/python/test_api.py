@@ -217,7 +217,7 @@ def test_leaks_and_written_reports_agree_with_the_report_string(tmp_path):
 
 def test_the_snapshot_has_torchs_layout_and_names_the_python_frames():
     leak_for_the_report()
-    snapshot = json.loads(_tracepool.snapshot_json())
+    snapshot = json.loads(_tracepool.torch_snapshot_json())
     assert {"segments", "device_traces"} <= set(snapshot)
     names = {frame["name"] for segment in snapshot["segments"] for block in segment["blocks"]
              for frame in block.get("frames", [])}

@@ -152,7 +152,7 @@ def test_json_becomes_the_dictionary_torch_snapshots_are():
 
 
 def test_snapshot_names_the_allocating_line(blocks):
-    data = memory_viz.from_json(tracepool._tracepool.snapshot_json())
+    data = memory_viz.from_json(tracepool._tracepool.torch_snapshot_json())
     assert viewer_problems(data) == []
     live = [b for s in data["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
     small = [b for b in live if b["requested_size"] == 1000]
@@ -168,7 +168,7 @@ def test_dump_snapshot_writes_protocol_4_with_the_viewers_opcodes_only(blocks, t
     assert raw[:2] == b"\x80\x04"
     assert opcodes(raw) <= memory_viz.VIEWER_OPCODES, opcodes(raw) - memory_viz.VIEWER_OPCODES
     data = pickle.loads(raw)
-    assert data == memory_viz.from_json(tracepool._tracepool.snapshot_json())
+    assert data == memory_viz.from_json(tracepool._tracepool.torch_snapshot_json())
     assert viewer_problems(data) == []
     assert sorted(os.listdir(tmp_path)) == ["snapshot.pickle"]  # no temporary file left behind
 

@@ -295,7 +295,7 @@ TEST_F(ScriptFrames, SnapshotHasSegmentsBlocksAndAllocTraces) {
   ASSERT_EQ(tracepool_malloc(tp, 8192, 0, nullptr, &transient), TRACEPOOL_OK);
   ASSERT_EQ(tracepool_free(tp, transient, nullptr), TRACEPOOL_OK);
   char* text = nullptr;
-  ASSERT_EQ(tracepool_snapshot_string(tp, &text), TRACEPOOL_OK) << tracepool_last_error();
+  ASSERT_EQ(tracepool_torch_snapshot_string(tp, &text), TRACEPOOL_OK) << tracepool_last_error();
   const json s = json::parse(text);
   tracepool_string_free(text);
   int live = 0, inactive = 0;

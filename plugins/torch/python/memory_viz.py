@@ -2,7 +2,7 @@
 ``torch.cuda.memory._snapshot()``, and the pickle pytorch.org/memory_viz opens
 (plugins/torch/python/memory_viz.py, installed as tracepool.torch.memory_viz).
 
-The library writes the snapshot as JSON (``tracepool_snapshot_string``); here it becomes the
+The library writes the snapshot as JSON (``tracepool_torch_snapshot_string``); here it becomes the
 dictionary PyTorch's own tools read (``torch.cuda._memory_viz``: segsum, trace, trace_plot,
 segment_plot) and the pickle pytorch.org/memory_viz opens. Nothing here needs torch.
 
@@ -97,7 +97,7 @@ def from_dict(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_json(text: str) -> dict[str, Any]:
-    """The snapshot dictionary from the JSON text of ``tracepool._tracepool.snapshot_json()``."""
+    """The snapshot dictionary from the JSON text of ``tracepool._tracepool.torch_snapshot_json()``."""
     return from_dict(json.loads(text))
 
 
