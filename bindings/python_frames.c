@@ -1,5 +1,5 @@
 /* python_frames.c: tracepool's frame provider for CPython 3.11, 3.12 and 3.13 (tracepool.h,
- * "Interpreter frames"). Built as C against the interpreter's internal headers, so that it reads
+ * "Script frames"). Built as C against the interpreter's internal headers, so that it reads
  * _PyInterpreterFrame with the exact layout of the Python it is built for.
  *
  * Note [Frames without the GIL]

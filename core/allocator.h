@@ -3,7 +3,7 @@
 // (Note [Observers] in observer.h).
 //
 // Rule (capture before lock): whatever a request needs that may take other locks or call into a host
-// language (stack capture, Python frames) is gathered by tracer::capture before any allocator lock;
+// language (stack capture, script frames) is gathered by tracer::capture before any allocator lock;
 // reports and the OOM report are built by their observers with no allocator lock held.
 //
 // Note [Lock order]

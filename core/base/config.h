@@ -31,7 +31,7 @@ inline constexpr int max_capture_depth = 256;
 inline constexpr size_t max_history_entries = size_t{1} << 26;  // history:N, 48 bytes an entry
 
 // What a call site records (TRACEPOOL_CONF capture:<name>, and the report's capture.mode), one row each:
-// nothing, native frames, interpreter frames (from the registered frame provider, script_frames.h), or
+// nothing, native frames, script frames (from the registered frame provider, script_frames.h), or
 // both ("all": in a host without an interpreter that is the native frames).
 #define TRACEPOOL_CAPTURE_MODE_MAP(XX) XX(off) XX(native) XX(python) XX(all)
 enum class capture_mode {
@@ -54,7 +54,7 @@ struct config {
 
   capture_mode capture = capture_mode::all;            // capture: off | native | python | all
   int capture_depth = 32;                              // capture_depth: native frames kept per call site, 1-256
-  int python_depth = 64;                               // python_depth: interpreter frames kept, 1-256
+  int python_depth = 64;                               // python_depth: script frames kept, 1-256
   unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | cfi | boost
   size_t sample_bytes = 0;                             // sample_bytes: mean bytes between samples, 0 = every block
   uint64_t sample_seed = 0x7261636570ULL;              // sample_seed: seed of the sampler (per thread)

@@ -38,7 +38,7 @@ std::string site_key(const std::vector<std::string>& tags, const std::vector<fra
   for (const std::string& t : tags) key += t + '\x1f';
   key += '\x1e';
   for (const frame_info& f : frames) {
-    // The interpreter's own C frames between Python frames change as CPython specialises a call
+    // The interpreter's own C frames between script frames change as CPython specialises a call
     // (a vectorcall helper appears or goes), yet name no line of anyone's: not part of a site.
     if (f.interpreter) continue;
     if (f.function.empty() && f.file.empty() && !f.script)

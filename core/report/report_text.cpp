@@ -36,7 +36,7 @@ std::string function_name(const frame_info& f) {
   return fn;
 }
 
-// Said after a site's first borrowed frame: its Python frames are those of the thread for which
+// Said after a site's first borrowed frame: its script frames are those of the thread for which
 // another thread did the work (autograd's engine thread runs backward for the thread that called it).
 constexpr const char* borrowed_note = ", on the thread that started this work";
 
@@ -55,7 +55,7 @@ bool is_library(const frame_info& f) {
          p.find("/lib/python3") != std::string::npos || p.rfind("<frozen", 0) == 0;
 }
 
-// The Python frames of a stack, innermost first, and the first of them that is the user's own.
+// The script frames of a stack, innermost first, and the first of them that is the user's own.
 struct python_view {
   std::vector<const frame_info*> frames;
   size_t first_user = 0;
@@ -70,7 +70,7 @@ python_view python_frames(const std::vector<frame_info>& fs) {
   return v;
 }
 
-// "in ..." naming what the user's line called: the innermost Python frame when library frames come
+// "in ..." naming what the user's line called: the innermost script frame when library frames come
 // before the user's, else the innermost native frame that is not the interpreter's own; "" if none.
 std::string entry_line(const std::vector<frame_info>& fs, const python_view& v) {
   if (v.first_user > 0) {
@@ -86,7 +86,7 @@ std::string entry_line(const std::vector<frame_info>& fs, const python_view& v) 
   return "";
 }
 
-// The frames that say where. With Python frames: one line naming what was called, then the user's
+// The frames that say where. With script frames: one line naming what was called, then the user's
 // innermost Python lines and their callers, and nothing beyond a module's top level (what ran it is
 // runpy or `python -m tracepool run`). Otherwise the innermost native frames, and nothing beyond main
 // (the C runtime's start).
@@ -115,7 +115,7 @@ void frames(std::string& out, const std::vector<frame_info>& fs) {
   if (shown < fs.size()) out += printf_string("       ... %zu more frames\n", fs.size() - shown);
 }
 
-// The one frame that names a site in a line: the user's innermost Python frame, else the innermost.
+// The one frame that names a site in a line: the user's innermost script frame, else the innermost.
 const frame_info& where(const std::vector<frame_info>& fs) {
   const python_view v = python_frames(fs);
   return v.frames.empty() ? fs[0] : *v.frames[v.first_user];

@@ -38,8 +38,8 @@ class site_describer {
     for (size_t i = 0; i < all.size(); ++i) addresses_[all[i]] = resolved[i];
   }
   // Native frames with the interpreter's spliced in where the interpreter loop ran them (memray's
-  // hybrid stacks): a native frame in the loop stands for the interpreter frames up to the next
-  // entry frame. Interpreter frames left over (native capture off, or cut at capture_depth before
+  // hybrid stacks): a native frame in the loop stands for the script frames up to the next
+  // entry frame. Script frames left over (native capture off, or cut at capture_depth before
   // reaching the loop) follow the native ones: they are the outer callers.
   // A site described once and kept: for writers that name the same site many times.
   const described_site& of(uint32_t site) {

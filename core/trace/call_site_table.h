@@ -36,14 +36,14 @@ struct site_trend {
   bool rose_last = false;
 };
 
-// The key of a site is its native frames, its interpreter frames (two opaque words each,
-// script_frames.h) and its tag set. Interpreter frames are described once, after interning, by the
+// The key of a site is its native frames, its script frames (two opaque words each,
+// script_frames.h) and its tag set. Script frames are described once, after interning, by the
 // thread that interned them (`script` stays null until then, or if the provider could not).
 struct site_record {
   uint64_t hash = 0;
   uint32_t tags = 0;           // tag set (tags.h)
   uint32_t depth = 0;          // native frames, innermost first
-  uint32_t script_depth = 0;   // interpreter frames, innermost first, after the native ones in `frames`
+  uint32_t script_depth = 0;   // script frames, innermost first, after the native ones in `frames`
   std::unique_ptr<uintptr_t[]> frames;  // depth + script_depth * words_per_script_frame words
   std::atomic<bool> ready{false};
   std::atomic<script_frame*> script{nullptr};  // script_depth described frames, set once
@@ -68,9 +68,9 @@ class call_site_table {
   call_site_table& operator=(const call_site_table&) = delete;
 
   // The id of (frames, tags), interned on first sight; 0 if the table is full or memory ran out.
-  // `frames` holds `depth` native frames, then `script_depth` interpreter frames of two words each.
+  // `frames` holds `depth` native frames, then `script_depth` script frames of two words each.
   uint32_t intern(const uintptr_t* frames, uint32_t depth, uint32_t script_depth, uint32_t tags);
-  // Publishes the description of a site's interpreter frames (the first one wins; a loser's array
+  // Publishes the description of a site's script frames (the first one wins; a loser's array
   // is deleted). Takes ownership of `described`.
   void describe(uint32_t id, script_frame* described);
   // pre: 0 < id < end() and the id came from intern() (or ready() is true).

@@ -58,7 +58,7 @@ block_tag tracer::capture(size_t size) {
   uintptr_t* script_words = raw + first + kept;
   const size_t script = captures_script(mode_) ? capture_script_frames(script_words, script_depth_) : 0;
   tag.site = sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), current_tags());
-  // A new site's interpreter frames are described now, while this thread still runs them.
+  // A new site's script frames are described now, while this thread still runs them.
   if (script != 0 && tag.site != 0 && sites_.at(tag.site).script.load(std::memory_order_acquire) == nullptr) {
     try {
       if (script_frame* described = describe_script_frames(script_words, script); described != nullptr)

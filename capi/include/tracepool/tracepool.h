@@ -199,15 +199,16 @@ TRACEPOOL_API int tracepool_render_report(const char* json, size_t size, const t
                                           char** out);
 TRACEPOOL_API void tracepool_string_free(char* s);
 
-/* ---- Interpreter frames (language runtimes) ------------------------------------------------ */
+/* ---- Script frames (language runtimes) ----------------------------------------------------- */
 /* A runtime that runs code of its own (CPython) registers a frame provider, so that call sites
- * carry the interpreter's frames besides the native ones (TRACEPOOL_CONF capture:all or python).
+ * carry its script frames (Python's, say: file, function, line) besides the native ones
+ * (TRACEPOOL_CONF capture:all or python; reports give them the kind "python").
  * tracepool's Python package registers one for CPython when it is imported. */
 
 #define TRACEPOOL_FRAME_ENTRY 1u    /* outermost frame run by one native call of the interpreter loop */
 #define TRACEPOOL_FRAME_BORROWED 2u /* a frame of the thread that started this work (autograd) */
 
-/* One interpreter frame, described. Strings need not be NUL-terminated; tracepool copies them. */
+/* One script frame, described. Strings need not be NUL-terminated; tracepool copies them. */
 typedef struct tracepool_script_frame {
   const char* file;
   size_t file_len;
@@ -230,8 +231,8 @@ typedef struct tracepool_frame_provider {
    * alive), once per new call site, under no tracepool lock. Returns 0, or a negative status. */
   int (*describe)(const uintptr_t* words, size_t frames, tracepool_script_frame_t* out);
   /* Native code of the interpreter loop: a native frame whose return address lies in
-   * [eval_begin, eval_end) ran the interpreter frames up to the next TRACEPOOL_FRAME_ENTRY one.
-   * Reports splice the interpreter frames there (hybrid stacks). 0 and 0 if unknown. */
+   * [eval_begin, eval_end) ran the script frames up to the next TRACEPOOL_FRAME_ENTRY one.
+   * Reports splice the script frames there (hybrid stacks). 0 and 0 if unknown. */
   uintptr_t eval_begin, eval_end;
 } tracepool_frame_provider_t;
 
