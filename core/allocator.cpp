@@ -49,10 +49,7 @@ status allocator::create(const config& cfg, std::unique_ptr<allocator>* out) {
 
 allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr,
                      std::unique_ptr<history> h)
-    : instance_(next_instance.fetch_add(1)),
-      backend_(std::move(be)),
-      tracer_(std::move(tr)),
-      history_(std::move(h)) {
+    : instance_(next_instance.fetch_add(1)), backend_(std::move(be)), tracer_(std::move(tr)), history_(std::move(h)) {
   (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
   if (history_ != nullptr) (void)observers_.subscribe(history_.get());
   for (int d = 0; d < backend_->device_count(); ++d)
@@ -100,8 +97,8 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (status s = check_device(device); s != status::ok) return s;
   if (size == 0) return status::ok;
   if (size > max_request)
-    return fail(status::invalid_argument, "malloc: %zu bytes is beyond the largest supported request (%zu bytes)",
-                size, max_request);
+    return fail(status::invalid_argument, "malloc: %zu bytes is beyond the largest supported request (%zu bytes)", size,
+                max_request);
   if (device_inherited_.load(std::memory_order_relaxed)) return refuse_inherited_device(device);
   const block_tag tag = tracer_->capture(size);  // before any lock
   device_cache& dev = *devices_[static_cast<size_t>(device)];

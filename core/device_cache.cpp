@@ -11,9 +11,12 @@ namespace {
 std::string human(size_t bytes) {
   char buf[32];
   const double b = static_cast<double>(bytes);
-  if (bytes >= (size_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  else if (bytes >= (size_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
-  else std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  if (bytes >= (size_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (bytes >= (size_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
   return buf;
 }
 }  // namespace

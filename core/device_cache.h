@@ -79,8 +79,8 @@ class device_cache {
   stat_table segment_stats_;                  // segment and reserved_bytes rows only
   event_counters counters_;
   size_t limit_ = 0;
-  size_t reserving_ = 0;                      // bytes being obtained from the backend right now
-  size_t releasing_ = 0;                      // bytes being given back (Note [Release order])
+  size_t reserving_ = 0;  // bytes being obtained from the backend right now
+  size_t releasing_ = 0;  // bytes being given back (Note [Release order])
 };
 
 }  // namespace tracepool::core

@@ -3,6 +3,8 @@
 #include <ctime>
 #include <new>
 
+#include "base/clock.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
 #endif
@@ -10,12 +12,6 @@
 namespace tracepool::core {
 
 namespace {
-
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // An event's time, cheaply: the TSC (about 10 ns; clock_gettime costs 30 ns on a plain machine and
 // over 100 ns in some virtual machines, twice per alloc+free pair), turned into CLOCK_REALTIME when
@@ -31,13 +27,20 @@ uint64_t ticks() {
 }
 
 history_entry block_entry(history_action action, const block_event& e) {
-  return history_entry{0, reinterpret_cast<uintptr_t>(e.ptr), e.size, e.requested,
-                       reinterpret_cast<uintptr_t>(e.stream), e.site, e.device, action};
+  return history_entry{0,
+                       reinterpret_cast<uintptr_t>(e.ptr),
+                       e.size,
+                       e.requested,
+                       reinterpret_cast<uintptr_t>(e.stream),
+                       e.site,
+                       e.device,
+                       action};
 }
 
 history_entry segment_entry(history_action action, const segment_event& e) {
-  return history_entry{0, reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream),
-                       e.site, e.device, action};
+  return history_entry{
+      0,     reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream), e.site, e.device,
+      action};
 }
 
 }  // namespace
@@ -88,9 +91,10 @@ std::vector<history_entry> history::entries(uint64_t* recorded) const {
   lock_.unlock();
   // Ticks to CLOCK_REALTIME, at the rate seen since creation (1 ns a tick where the clock is in ns).
   const uint64_t now_ticks = ticks(), now_ns = realtime_ns();
-  const double ns_per_tick = now_ticks > start_ticks_ && now_ns > start_ns_
-                                 ? static_cast<double>(now_ns - start_ns_) / static_cast<double>(now_ticks - start_ticks_)
-                                 : 1.0;
+  const double ns_per_tick =
+      now_ticks > start_ticks_ && now_ns > start_ns_
+          ? static_cast<double>(now_ns - start_ns_) / static_cast<double>(now_ticks - start_ticks_)
+          : 1.0;
   for (history_entry& e : out) {
     const double since = static_cast<double>(static_cast<int64_t>(e.time_ns - start_ticks_)) * ns_per_tick;
     e.time_ns = start_ns_ + static_cast<uint64_t>(since > 0 ? since : 0);

@@ -17,7 +17,7 @@ namespace tracepool::core {
 enum class history_action : uint8_t { alloc, free, segment_alloc, segment_free, oom };
 
 struct history_entry {
-  uint64_t time_ns;  // CLOCK_REALTIME (recorded as clock ticks, converted by entries())
+  uint64_t time_ns;   // CLOCK_REALTIME (recorded as clock ticks, converted by entries())
   uintptr_t address;  // oom: the bytes the device had free
   size_t size;        // rounded block size, segment size; oom: bytes requested
   size_t requested;   // alloc, free: bytes the caller asked for
@@ -53,7 +53,7 @@ class history final : public observer {
   const size_t capacity_;
   const uint64_t start_ticks_;  // the clock's ticks and CLOCK_REALTIME at creation, for entries()
   const uint64_t start_ns_;
-  mutable spin_lock lock_;  // a leaf: taken under a pool lock at segment_alloc, nothing under it
+  mutable spin_lock lock_;                 // a leaf: taken under a pool lock at segment_alloc, nothing under it
   std::unique_ptr<history_entry[]> ring_;  // guarded by lock_; time_ns holds ticks until entries()
   uint64_t recorded_ = 0;                  // guarded by lock_
   size_t next_ = 0;                        // guarded by lock_; recorded_ % capacity_, without dividing

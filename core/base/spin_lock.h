@@ -35,8 +35,10 @@ class spin_lock {
   void lock_for_fork() {
     for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
       while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins < 64) pause();
-        else std::this_thread::yield();
+        if (++spins < 64)
+          pause();
+        else
+          std::this_thread::yield();
       }
     }
   }

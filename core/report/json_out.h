@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-
 #include <vector>
 
 #include "base/utf8.h"
@@ -25,8 +24,10 @@ class json_out {
     for (size_t i = 0; i < s.size();) {
       const size_t len = utf8_sequence(p + i, s.size() - i);
       if (len != 1) {
-        if (len == 0) text += "\\ufffd";
-        else text.append(s, i, len);
+        if (len == 0)
+          text += "\\ufffd";
+        else
+          text.append(s, i, len);
         i += len == 0 ? 1 : len;
         continue;
       }
@@ -117,8 +118,10 @@ inline void write_frames(json_out& j, const std::vector<frame_info>& frames, fra
     j.key("function"), j.value(f.function.empty() ? std::string("??") : f.function);
     j.key("file"), j.value_or_null(f.file);
     j.key("line");
-    if (f.line <= 0) j.null();
-    else j.value(static_cast<int64_t>(f.line));
+    if (f.line <= 0)
+      j.null();
+    else
+      j.value(static_cast<int64_t>(f.line));
     if (f.script) {
       j.key("borrowed"), j.value(f.borrowed);
     } else {

@@ -33,7 +33,7 @@ class oom_reporter final : public observer {
   allocator& allocator_;
   const bool print_;
   std::atomic<uint64_t> seen_{0};
-  std::mutex mutex_;  // taken alone, briefly (Note [Lock order] in allocator.h)
+  std::mutex mutex_;                    // taken alone, briefly (Note [Lock order] in allocator.h)
   std::shared_ptr<const report> last_;  // guarded by mutex_
 };
 

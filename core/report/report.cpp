@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "base/clock.h"
 #include "report/held_memory.h"
 #include "report/site_describer.h"
 #include "trace/cfi_unwinder.h"
@@ -14,12 +15,6 @@
 namespace tracepool::core {
 
 namespace {
-
-uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Live blocks of one site, as counted while walking the pools.
 struct live_tally {
@@ -85,7 +80,7 @@ status build_report(allocator& a, const char* reason, report* out) {
   call_site_table& sites = t.sites();
   report r;
   r.reason = reason;
-  r.time_ns = now_ns();
+  r.time_ns = realtime_ns();
   r.backend = a.device_backend().name();
   r.capture = capture_mode_name(t.mode());
   r.unwinder = captures_native(t.mode()) ? t.stack_unwinder().name() : "";

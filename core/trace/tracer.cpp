@@ -4,6 +4,7 @@
 #include <ctime>
 #include <new>
 
+#include "base/clock.h"
 #include "script_frames.h"
 #include "tags.h"
 
@@ -91,11 +92,8 @@ void tracer::on_free(const block_event& e) {
 status tracer::on_mark(const mark_event& e) {
   mark_record m;
   m.label = e.label;
-  const int64_t live_bytes = e.live_bytes;
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  m.time_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-  m.live_bytes = live_bytes;
+  m.time_ns = realtime_ns();
+  m.live_bytes = e.live_bytes;
   std::lock_guard<std::mutex> lock(marks_mutex_);
   m.index = marks_made_;
   for (uint32_t id = 1, end = sites_.end(); id < end; ++id) {
@@ -130,7 +128,8 @@ std::vector<site_trend> tracer::trends(const std::vector<uint32_t>& sites) {
   std::vector<site_trend> out;
   out.reserve(sites.size());
   std::lock_guard<std::mutex> lock(marks_mutex_);
-  for (uint32_t id : sites) out.push_back(id != 0 && id < sites_.end() && sites_.ready(id) ? sites_.at(id).trend : site_trend{});
+  for (uint32_t id : sites)
+    out.push_back(id != 0 && id < sites_.end() && sites_.ready(id) ? sites_.at(id).trend : site_trend{});
   return out;
 }
 

@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/config.h"
 #include "block_tag.h"
 #include "call_site_table.h"
-#include "base/config.h"
-#include "sampler.h"
 #include "observer.h"
+#include "sampler.h"
 #include "unwinder.h"
 
 namespace tracepool::core {

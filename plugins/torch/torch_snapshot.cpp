@@ -23,7 +23,6 @@ const char* state_name(const block_record& b) {
   return b.pending ? "active_pending_free" : "inactive";
 }
 
-
 void write_segments(json_out& j, const held_memory& held, site_describer& describer) {
   j.key("segments");
   j.open('[');
@@ -152,8 +151,10 @@ status build_torch_snapshot(allocator& a, std::string* out) {
   write_segments(j, held, describer);
   j.key("device_traces");
   j.open('[');
-  if (h != nullptr) write_history(j, events, a.device_count(), describer);
-  else write_live_blocks(j, held, describer);
+  if (h != nullptr)
+    write_history(j, events, a.device_count(), describer);
+  else
+    write_live_blocks(j, held, describer);
   j.close(']');
   j.key("allocator_settings"), j.open('{');
   j.key("history"), j.value(static_cast<int64_t>(h != nullptr ? h->capacity() : 0));

@@ -1,5 +1,7 @@
 // The observer seam (Note [Observers]), the allocation history it feeds (history:N), the PyTorch
 // export's device_traces drawn from it, and a failed validation that reports instead of aborting.
+#include "history.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "device_cache.h"
-#include "history.h"
 #include "observer.h"
 #include "report_support.h"
 #include "test_support.h"
