@@ -448,7 +448,7 @@ status read_report_json(std::string_view text, report* out, const char* subject)
     json doc;
     try {
       doc = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (out_of_range 406)
       std::string why = e.what();
       if (const size_t end = why.find("] "); why.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
         why.erase(0, end + 2);
