@@ -1,3 +1,4 @@
+// history.cpp: the ring of history.h and its clock.
 #include "history.h"
 
 #include <ctime>

@@ -1,3 +1,6 @@
+// report.cpp: build_report, the pipeline every report runs: collect (held_memory.h), describe
+// (site_describer.h), then group: call sites as a reader tells them apart, retained blocks by mark,
+// cached memory by its last holder.
 #include "report/report.h"
 
 #include <algorithm>
