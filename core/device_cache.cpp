@@ -176,6 +176,9 @@ status device_cache::release(const std::vector<segment*>& segments) {
       segment_stats_.decrease(stat_kind::reserved_bytes, seg->kind, static_cast<int64_t>(seg->size));
       releasing_ += seg->size;
     }
+    // Told before the backend has it (Note [Observers]): once it does, a grow may get the same address.
+    const segment_event told{seg->ptr, seg->size, device_, seg->owner->stream(), seg->site};
+    observers_.segment_free(told);
     const status s = backend_.release(device_, seg->ptr, seg->size);
     if (s == status::ok) {
       {
@@ -183,7 +186,6 @@ status device_cache::release(const std::vector<segment*>& segments) {
         releasing_ -= seg->size;
         ++counters_.num_device_free;
       }
-      observers_.segment_free(segment_event{seg->ptr, seg->size, device_, seg->owner->stream(), seg->site});
       delete seg->first;
       delete seg;
       continue;
@@ -202,6 +204,7 @@ status device_cache::release(const std::vector<segment*>& segments) {
     stream_pool* owner = seg->owner;
     std::lock_guard<std::mutex> lock(owner->mutex());
     owner->readopt(seg);
+    observers_.segment_alloc(told);  // ours again, as when it was obtained: under its pool's lock
     fail(s, "%s", reason.c_str());
   }
   return result;

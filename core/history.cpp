@@ -17,37 +17,39 @@ namespace {
 // An event's time, cheaply: the TSC (about 10 ns; clock_gettime costs 30 ns on a plain machine and
 // over 100 ns in some virtual machines, twice per alloc+free pair), turned into CLOCK_REALTIME when
 // the entries are read, by the rate seen between creation and then (what PyTorch's history does too).
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uint64_t ticks() {
 #if defined(__x86_64__) || defined(__i386__)
   return __rdtsc();
 #else
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+  return monotonic_ns();
 #endif
 }
 
 history_entry block_entry(history_action action, const block_event& e) {
-  return history_entry{0,
-                       reinterpret_cast<uintptr_t>(e.ptr),
-                       e.size,
-                       e.requested,
-                       reinterpret_cast<uintptr_t>(e.stream),
-                       e.site,
-                       e.device,
-                       action};
+  return history_entry{
+      0,      reinterpret_cast<uintptr_t>(e.ptr), e.size, e.requested, reinterpret_cast<uintptr_t>(e.stream),
+      e.site, static_cast<int16_t>(e.device),     action};
 }
 
 history_entry segment_entry(history_action action, const segment_event& e) {
-  return history_entry{
-      0,     reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream), e.site, e.device,
-      action};
+  return history_entry{0,      reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream),
+                       e.site, static_cast<int16_t>(e.device),     action};
 }
 
 }  // namespace
 
 history::history(size_t capacity, std::unique_ptr<history_entry[]> ring)
-    : capacity_(capacity), start_ticks_(ticks()), start_ns_(realtime_ns()), ring_(std::move(ring)) {}
+    : capacity_(capacity),
+      start_ticks_(ticks()),
+      start_monotonic_ns_(monotonic_ns()),
+      start_ns_(realtime_ns()),
+      ring_(std::move(ring)) {}
 
 status history::create(size_t capacity, std::unique_ptr<history>* out) {
   // Default-initialised: the pages are touched as the ring fills, so a large N costs only what is used.
@@ -60,8 +62,8 @@ status history::create(size_t capacity, std::unique_ptr<history>* out) {
 }
 
 void history::record(history_entry e) {
-  e.time_ns = ticks();
   lock_.lock();
+  e.time_ns = ticks();  // under the lock: times ascend in ring order
   ring_[next_] = e;
   if (++next_ == capacity_) next_ = 0;
   ++recorded_;
@@ -75,7 +77,7 @@ void history::on_segment_free(const segment_event& e) { record(segment_entry(his
 
 void history::on_oom(const oom_event& e) {
   record(history_entry{0, e.device_free, e.requested, e.requested, reinterpret_cast<uintptr_t>(e.stream), e.site,
-                       e.device, history_action::oom});
+                       static_cast<int16_t>(e.device), history_action::oom});
 }
 
 std::vector<history_entry> history::entries(uint64_t* recorded) const {

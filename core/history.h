@@ -23,9 +23,10 @@ struct history_entry {
   size_t requested;   // alloc, free: bytes the caller asked for
   uintptr_t stream;
   uint32_t site;
-  int32_t device;
+  int16_t device;
   history_action action;
 };
+static_assert(sizeof(history_entry) == 48, "history:N's cost per entry, as the configuration help says");
 
 class history final : public observer {
  public:
@@ -51,7 +52,10 @@ class history final : public observer {
   void record(history_entry e);
 
   const size_t capacity_;
-  const uint64_t start_ticks_;  // the clock's ticks and CLOCK_REALTIME at creation, for entries()
+  // At creation, for entries(): the ticks, CLOCK_MONOTONIC (the ticks' rate is measured against it,
+  // since the wall clock may step) and CLOCK_REALTIME (what times are reported in).
+  const uint64_t start_ticks_;
+  const uint64_t start_monotonic_ns_;
   const uint64_t start_ns_;
   mutable spin_lock lock_;                 // a leaf: taken under a pool lock at segment_alloc, nothing under it
   std::unique_ptr<history_entry[]> ring_;  // guarded by lock_; time_ns holds ticks until entries()

@@ -20,7 +20,9 @@ namespace tracepool::core {
 //     thread is handed the same address before its free has been told (a history stays in order);
 //     a free the pool then refuses (a backend failure) is told again as an alloc of the same block;
 //   - segment_alloc: as the device says yes, under the growing stream pool's lock, before any block
-//     of the segment is handed out; segment_free: once the backend has the memory back, no lock;
+//     of the segment is handed out; segment_free: as the segment leaves the cache, before the backend
+//     has the memory (which a grow could then get again), no lock held; a release the backend
+//     refuses is told again as a segment_alloc, under the pool's lock that takes the segment back;
 //   - oom: after the cache was emptied and the retry failed; no allocator lock held;
 //   - mark: no allocator lock held.
 // An observer never calls back into tracepool, into a host language, or anything that blocks; under a

@@ -1,5 +1,7 @@
 #include "stats.h"
 
+#include <type_traits>
+
 namespace tracepool::core {
 
 void stat_table::reset_peak() {
@@ -27,26 +29,48 @@ const char* stat_kind_name(stat_kind k) {
   return names[static_cast<int>(k)];
 }
 
-std::vector<std::pair<std::string, int64_t>> memory_stat_items(const device_stats& st) {
+namespace {
+
+// Every figure of a device with its torch.cuda.memory_stats() name, in a fixed order, as a reference:
+// memory_stat_items reads them, set_memory_stat writes one.
+template <typename DeviceStats, typename Fn>
+void visit_memory_stats(DeviceStats& st, Fn&& fn) {
   static const char* const columns[] = {"small_pool", "large_pool", "all"};  // pool_kind order, then all
-  std::vector<std::pair<std::string, int64_t>> out;
   for (int k = 0; k < stat_kind_count; ++k)
     for (int c : {all_pools, static_cast<int>(pool_kind::small), static_cast<int>(pool_kind::large)}) {
-      const stat& s = st.table.at(static_cast<stat_kind>(k), c);
+      auto& s = st.table.at(static_cast<stat_kind>(k), c);
       const std::string prefix = std::string(stat_kind_name(static_cast<stat_kind>(k))) + "." + columns[c] + ".";
-      out.emplace_back(prefix + "current", s.current);
-      out.emplace_back(prefix + "peak", s.peak);
-      out.emplace_back(prefix + "allocated", s.allocated);
-      out.emplace_back(prefix + "freed", s.freed);
+      fn(prefix + "current", s.current);
+      fn(prefix + "peak", s.peak);
+      fn(prefix + "allocated", s.allocated);
+      fn(prefix + "freed", s.freed);
     }
-  const event_counters& e = st.counters;
-  out.emplace_back("num_alloc_retries", static_cast<int64_t>(e.num_alloc_retries));
-  out.emplace_back("num_ooms", static_cast<int64_t>(e.num_ooms));
-  out.emplace_back("num_device_alloc", static_cast<int64_t>(e.num_device_alloc));
-  out.emplace_back("num_device_free", static_cast<int64_t>(e.num_device_free));
-  out.emplace_back("num_invalid_frees", static_cast<int64_t>(e.num_invalid_frees));
-  out.emplace_back("limit_bytes", static_cast<int64_t>(st.limit_bytes));
+  auto& e = st.counters;
+  fn("num_alloc_retries", e.num_alloc_retries);
+  fn("num_ooms", e.num_ooms);
+  fn("num_device_alloc", e.num_device_alloc);
+  fn("num_device_free", e.num_device_free);
+  fn("num_invalid_frees", e.num_invalid_frees);
+  fn("limit_bytes", st.limit_bytes);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int64_t>> memory_stat_items(const device_stats& st) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  visit_memory_stats(
+      st, [&](std::string name, const auto& value) { out.emplace_back(std::move(name), static_cast<int64_t>(value)); });
   return out;
+}
+
+bool set_memory_stat(const std::string& name, int64_t value, device_stats* st) {
+  bool found = false;
+  visit_memory_stats(*st, [&](const std::string& n, auto& field) {
+    if (found || n != name) return;
+    field = static_cast<std::remove_reference_t<decltype(field)>>(value);
+    found = true;
+  });
+  return found;
 }
 
 }  // namespace tracepool::core

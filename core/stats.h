@@ -117,5 +117,7 @@ struct device_stats {
 // The figures of a device under torch.cuda.memory_stats() key names ("allocated_bytes.all.current",
 // ..., "num_ooms"), in a fixed order.
 std::vector<std::pair<std::string, int64_t>> memory_stat_items(const device_stats& st);
+// Sets the figure called `name` (a memory_stat_items name); false if there is none of that name.
+bool set_memory_stat(const std::string& name, int64_t value, device_stats* st);
 
 }  // namespace tracepool::core

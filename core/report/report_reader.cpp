@@ -239,42 +239,6 @@ bool same_frames(const std::vector<frame_info>& a, const std::vector<frame_info>
   return true;
 }
 
-// One figure of stats["<device>"] ("allocated_bytes.all.current", "num_ooms", ...) into the device's
-// statistics; names this tracepool does not know are let through.
-void read_stat(const std::string& name, int64_t value, device_stats* st) {
-  static const char* const kinds[stat_kind_count] = {
-      "allocation",      "segment",        "active",       "inactive_split",
-      "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
-      "requested_bytes"};
-  static const char* const columns[] = {"small_pool", "large_pool", "all"};  // pool_kind order, then all
-  static const std::map<std::string, uint64_t event_counters::*> counters = {
-      {"num_alloc_retries", &event_counters::num_alloc_retries},
-      {"num_ooms", &event_counters::num_ooms},
-      {"num_device_alloc", &event_counters::num_device_alloc},
-      {"num_device_free", &event_counters::num_device_free},
-      {"num_invalid_frees", &event_counters::num_invalid_frees}};
-  if (const auto c = counters.find(name); c != counters.end()) {
-    st->counters.*(c->second) = static_cast<uint64_t>(value);
-    return;
-  }
-  if (name == "limit_bytes") {
-    st->limit_bytes = static_cast<uint64_t>(value);
-    return;
-  }
-  for (int k = 0; k < stat_kind_count; ++k)
-    for (int c = 0; c <= all_pools; ++c) {
-      const std::string prefix = std::string(kinds[k]) + "." + columns[c] + ".";
-      if (name.compare(0, prefix.size(), prefix) != 0) continue;
-      stat& s = st->table.at(static_cast<stat_kind>(k), c);
-      const std::string field = name.substr(prefix.size());
-      if (field == "current") s.current = value;
-      if (field == "peak") s.peak = value;
-      if (field == "allocated") s.allocated = value;
-      if (field == "freed") s.freed = value;
-      return;
-    }
-}
-
 bool read_capture(report_reader& in, const json& doc, report* r) {
   const auto it = doc.find("capture");
   if (it == doc.end()) return true;
@@ -314,7 +278,7 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
       for (const auto& [name, value] : items.items()) {
         int64_t n = 0;
         if (!in.count_value(value, key_path(where, name), &n)) return false;
-        read_stat(name, n, &st);
+        (void)set_memory_stat(name, n, &st);  // names this tracepool does not know are let through
       }
     }
   }
@@ -426,6 +390,11 @@ bool read_body(report_reader& in, const json& doc, report* r) {
   if (!ok) return false;
   r->marks_made = r->marks.size();
   if (!in.count(doc, "", "marks_made", &r->marks_made)) return false;
+  // Marks are dropped only from a full window (Note [Marks without end]), which keeps the first and
+  // the latest: made >= kept, and more made than kept only with two kept at least.
+  if (r->marks_made < r->marks.size() || (r->marks_made > r->marks.size() && r->marks.size() < 2))
+    return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
+                   " marks kept: a report keeps every mark made, or the first, the latest and some between");
   r->oom_device = 0;  // a report whose reason is "oom" has a device, even when the text did not say
   if (const auto oom = doc.find("oom"); oom != doc.end()) {
     if (!in.object(*oom, "oom") || !in.count(*oom, "oom", "device", &r->oom_device) ||

@@ -1,7 +1,6 @@
 #include "tracer.h"
 
 #include <cmath>
-#include <ctime>
 #include <new>
 
 #include "base/clock.h"

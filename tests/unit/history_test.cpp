@@ -96,6 +96,32 @@ TEST(History, KeepsTheLastNEventsOldestFirst) {
   for (void* p : ptrs) ASSERT_EQ(a->free(p), status::ok);
 }
 
+// A segment leaves the history before the backend has it (so that a grow getting the same address
+// cannot come first), and a release the backend refuses puts it back in the history too.
+TEST(History, ARefusedReleaseIsToldAsTheSegmentComingBack) {
+  size_t release_call = 0;  // which backend call the release is: every call before it, plus one
+  {
+    auto probe = host_allocator("capture:off");
+    void* p = nullptr;
+    ASSERT_EQ(probe->malloc(4096, 0, nullptr, &p), status::ok);
+    ASSERT_EQ(probe->free(p), status::ok);
+    backend::host_ledger ledger;
+    ASSERT_TRUE(backend::read_host_ledger(probe->device_backend(), &ledger));
+    release_call = ledger.calls + 1;
+  }
+  auto a = host_allocator("history:16,capture:off,fail_call:" + std::to_string(release_call));
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(4096, 0, nullptr, &p), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  EXPECT_EQ(a->empty_cache(0), status::backend_error);
+  ASSERT_EQ(a->empty_cache(0), status::ok) << last_error();
+  using A = history_action;
+  const std::vector<history_entry> h = a->allocation_history()->entries();
+  EXPECT_EQ(actions(h), (std::vector<A>{A::segment_alloc, A::alloc, A::free, A::segment_free, A::segment_alloc,
+                                        A::segment_free}));
+  for (const history_entry& e : h) EXPECT_EQ(e.address, h[0].address);
+}
+
 TEST(History, RecordsAnOutOfMemoryWithWhatWasAskedAndWhatWasFree) {
   auto a = host_allocator("history:16,host_capacity:64MiB,oom_report:off");
   void* p = nullptr;
