@@ -1,7 +1,6 @@
 #include "report/oom_reporter.h"
 
 #include <cstdio>
-#include <new>
 #include <string>
 
 #include "allocator.h"

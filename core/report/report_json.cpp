@@ -1,7 +1,4 @@
 // report_json.cpp: the JSON rendering of a report; the schema is docs/report-schema.md.
-#include <cinttypes>
-#include <cstdio>
-
 #include "report/json_out.h"
 #include "report/report.h"
 
