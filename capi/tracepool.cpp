@@ -319,6 +319,63 @@ int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes) {
   });
 }
 
+int tracepool_pool_begin(tracepool_t* tp, int device, uint64_t pool, tracepool_pool_filter_fn filter, void* context,
+                         void (*release)(void* context)) {
+  return guarded("tracepool_pool_begin", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_begin");
+    return tp->impl->begin_pool(device, pool, filter, context, release);
+  });
+}
+
+int tracepool_pool_end(tracepool_t* tp, int device, uint64_t pool) {
+  return guarded("tracepool_pool_end", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_end");
+    return tp->impl->end_pool(device, pool);
+  });
+}
+
+int tracepool_pool_retain(tracepool_t* tp, int device, uint64_t pool) {
+  return guarded("tracepool_pool_retain", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_retain");
+    return tp->impl->retain_pool(device, pool);
+  });
+}
+
+int tracepool_pool_release(tracepool_t* tp, int device, uint64_t pool) {
+  return guarded("tracepool_pool_release", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_release");
+    return tp->impl->release_pool(device, pool);
+  });
+}
+
+int tracepool_pool_use_count(tracepool_t* tp, int device, uint64_t pool, int* out) {
+  return guarded("tracepool_pool_use_count", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_use_count");
+    return tp->impl->pool_use_count(device, pool, out);
+  });
+}
+
+int tracepool_pool_empty(tracepool_t* tp, int device, uint64_t pool) {
+  return guarded("tracepool_pool_empty", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_empty");
+    return tp->impl->empty_pool(device, pool);
+  });
+}
+
+int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out, size_t capacity, size_t* count) {
+  return guarded("tracepool_pool_blocks", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_blocks");
+    if (count == nullptr || (out == nullptr && capacity != 0))
+      return fail(status::invalid_argument, "tracepool_pool_blocks: count is NULL, or out is NULL with capacity %zu",
+                  capacity);
+    std::vector<void*> blocks;
+    if (status s = tp->impl->pool_blocks(device, pool, &blocks); s != status::ok) return s;
+    *count = blocks.size();
+    for (size_t i = 0; i < blocks.size() && i < capacity; ++i) out[i] = blocks[i];
+    return status::ok;
+  });
+}
+
 int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out) {
   return guarded("tracepool_get_stats", [&] {
     if (tp == nullptr) return null_handle("tracepool_get_stats");

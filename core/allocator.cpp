@@ -53,13 +53,14 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
   (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
   if (history_ != nullptr) (void)observers_.subscribe(history_.get());
   for (int d = 0; d < backend_->device_count(); ++d)
-    devices_.push_back(std::make_unique<device_cache>(*backend_, d, cfg.limit, cfg.validate, observers_));
+    devices_.push_back(std::make_unique<device_cache>(*backend_, gate_, d, cfg.limit, cfg.validate, observers_));
   register_fork_participant(this);
 }
 
 allocator::~allocator() { unregister_fork_participant(this); }
 
 void allocator::lock_for_fork() {
+  routes_.lock_for_fork();
   live_.lock_all();
   for (auto& dev : devices_) dev->lock_for_fork();
   backend_->lock_for_fork();
@@ -75,6 +76,7 @@ void allocator::unlock_after_fork(bool child) {
   backend_->unlock_after_fork();
   for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) (*it)->unlock_after_fork(forget);
   live_.unlock_all();
+  routes_.unlock_after_fork();
 }
 
 status allocator::check_device(int device) const {
@@ -102,7 +104,10 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (device_inherited_.load(std::memory_order_relaxed)) return refuse_inherited_device(device);
   const block_tag tag = tracer_->capture(size);  // before any lock
   device_cache& dev = *devices_[static_cast<size_t>(device)];
-  stream_pool* pool = pool_of(device, stream);
+  stream_pool* pool = nullptr;
+  if (routes_.any_open())  // a capture or a scoped pool: maybe this allocation goes to a private pool
+    if (const uint64_t routed = routes_.pool_for(device, stream); routed != 0) pool = dev.pool_for(stream, routed);
+  if (pool == nullptr) pool = pool_of(device, stream);
   block* b = nullptr;
   if (status s = dev.malloc(pool, size, tag, &b); s != status::ok)
     return s == status::out_of_memory ? out_of_memory(device, size, stream, tag.site) : s;
@@ -235,6 +240,63 @@ status allocator::validate() {
 status allocator::collect_blocks(int device, std::vector<block_record>* out) {
   if (status s = check_device(device); s != status::ok) return s;
   devices_[static_cast<size_t>(device)]->collect(out);
+  return status::ok;
+}
+
+// ---- Private pools -------------------------------------------------------------------------------
+
+status allocator::check_pool(int device, uint64_t pool) const {
+  if (status s = check_device(device); s != status::ok) return s;
+  if (pool == 0) return fail(status::invalid_argument, "private pools have nonzero ids; 0 is the default pool");
+  return status::ok;
+}
+
+status allocator::retain_pool(int device, uint64_t pool) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  const uint32_t site = tracer_->capture_site();  // before any lock
+  return devices_[static_cast<size_t>(device)]->retain_pool(pool, site);
+}
+
+status allocator::begin_pool(int device, uint64_t pool, route_filter_fn filter, void* context,
+                             route_release_fn release) {
+  if (status s = retain_pool(device, pool); s != status::ok) return s;
+  const status s = routes_.open(route{device, pool, filter, context, release});
+  if (s != status::ok) (void)devices_[static_cast<size_t>(device)]->release_pool(pool);
+  return s;
+}
+
+status allocator::end_pool(int device, uint64_t pool) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  (void)routes_.close(device, pool);
+  return status::ok;
+}
+
+status allocator::release_pool(int device, uint64_t pool) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  return devices_[static_cast<size_t>(device)]->release_pool(pool);
+}
+
+status allocator::pool_use_count(int device, uint64_t pool, int* out) {
+  if (out == nullptr) return fail(status::invalid_argument, "pool_use_count: out is NULL");
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  *out = devices_[static_cast<size_t>(device)]->pool_use_count(pool);
+  return status::ok;
+}
+
+status allocator::empty_pool(int device, uint64_t pool) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  return devices_[static_cast<size_t>(device)]->empty_pool(pool);
+}
+
+status allocator::pool_blocks(int device, uint64_t pool, std::vector<void*>* out) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  devices_[static_cast<size_t>(device)]->pool_blocks(pool, out);
+  return status::ok;
+}
+
+status allocator::pool_sites(int device, std::vector<std::pair<uint64_t, uint32_t>>* out) {
+  if (status s = check_device(device); s != status::ok) return s;
+  *out = devices_[static_cast<size_t>(device)]->pool_sites();
   return status::ok;
 }
 

@@ -9,6 +9,7 @@
 // Note [Lock order]
 // Every lock tracepool takes while holding another, outermost first (a host's GIL comes before all
 // of them: nothing under a tracepool lock calls into a host language):
+//   0. the route table's lock (private_pool.h), taken alone while a route's filter runs;
 //   1. a pointer-map shard (pointer_map.h), only in record_stream, which holds it over:
 //   2. a stream pool's lock (stream_pool.h); another pool's is only try_lock'ed under it;
 //   3. the device lock (device_cache.h), and, not nested with it, the backend's own locks
@@ -34,6 +35,7 @@
 #include "history.h"
 #include "observer.h"
 #include "pointer_map.h"
+#include "private_pool.h"
 #include "trace/tracer.h"
 
 namespace tracepool::core {
@@ -53,6 +55,24 @@ class allocator final : public fork_participant {
   status set_limit(int device, size_t bytes);
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes);
   status validate();
+
+  // ---- Private pools (Note [Private pools] in private_pool.h); `pool` is nonzero ----
+  // Creates the pool with one use, or adds one (PyTorch's createOrIncrefPool). The calling thread's
+  // call site names a new pool in reports.
+  status retain_pool(int device, uint64_t pool);
+  // Adds a use and opens a route: allocations on `device` the filter accepts come from the pool
+  // until end_pool. While any route is open the capture gate is closed (Note [Capture]).
+  status begin_pool(int device, uint64_t pool, route_filter_fn filter, void* context, route_release_fn release);
+  // Closes every route to the pool on the device (none open is not an error: a failed capture
+  // may end twice).
+  status end_pool(int device, uint64_t pool);
+  status release_pool(int device, uint64_t pool);
+  status pool_use_count(int device, uint64_t pool, int* out);
+  status empty_pool(int device, uint64_t pool);
+  // Addresses of the pool's allocated blocks.
+  status pool_blocks(int device, uint64_t pool, std::vector<void*>* out);
+  // Every retained private pool of the device with the site that created it, for reports.
+  status pool_sites(int device, std::vector<std::pair<uint64_t, uint32_t>>* out);
 
   // A named point in time, told to every observer (the tracer keeps it for reports).
   status mark(const char* label);
@@ -83,11 +103,15 @@ class allocator final : public fork_participant {
   template <typename Fn>
   status for_devices(int device, Fn&& fn);
 
+  status check_pool(int device, uint64_t pool) const;
+
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;
   std::unique_ptr<tracer> tracer_;    // subscribed first: call-site counters and marks
   std::unique_ptr<history> history_;  // subscribed next when history:N is on
   observer_list observers_;           // the device caches publish segment events to it too
+  capture_gate gate_;                 // closed while a route is open (Note [Capture])
+  route_table routes_{gate_};
   std::vector<std::unique_ptr<device_cache>> devices_;
   pointer_map live_;
 

@@ -61,6 +61,7 @@ struct block_record {
   uintptr_t segment;  // address of its segment, and the segment's size
   size_t segment_size;
   uintptr_t stream;  // the stream the segment serves
+  uint64_t pool;     // the private pool it belongs to, 0 for the default (Note [Private pools])
 };
 
 // A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block

@@ -21,9 +21,9 @@ std::string human(size_t bytes) {
 }
 }  // namespace
 
-device_cache::device_cache(backend::backend& be, int device, size_t limit, bool validate,
+device_cache::device_cache(backend::backend& be, const capture_gate& gate, int device, size_t limit, bool validate,
                            const observer_list& observers)
-    : backend_(be), device_(device), validate_(validate), observers_(observers), limit_(limit) {}
+    : backend_(be), gate_(gate), device_(device), validate_(validate), observers_(observers), limit_(limit) {}
 
 device_cache::~device_cache() {
   for (auto& [start, seg] : segments_) {
@@ -38,12 +38,81 @@ device_cache::~device_cache() {
   }
 }
 
-stream_pool* device_cache::pool_for(backend::stream_handle stream) {
+stream_pool* device_cache::pool_for(backend::stream_handle stream, uint64_t pool) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& p : pools_)
-    if (p->stream() == stream) return p.get();
-  pools_.push_back(std::make_unique<stream_pool>(backend_, device_, stream));
+    if (p->stream() == stream && p->pool() == pool) return p.get();
+  pools_.push_back(std::make_unique<stream_pool>(backend_, gate_, device_, stream, pool));
   return pools_.back().get();
+}
+
+// ---- Private pools ------------------------------------------------------------------------------
+
+status device_cache::retain_pool(uint64_t pool, uint32_t site) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, created] = private_.try_emplace(pool);
+  if (created) it->second.site = site;
+  ++it->second.uses;
+  return status::ok;
+}
+
+status device_cache::release_pool(uint64_t pool) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_.find(pool);
+    if (it == private_.end())
+      return fail(status::invalid_argument, "release_pool: device %d has no private pool %llu (released already?)",
+                  device_, static_cast<unsigned long long>(pool));
+    if (--it->second.uses > 0) return status::ok;
+    private_.erase(it);  // retired
+  }
+  return empty_pool(pool);
+}
+
+int device_cache::pool_use_count(uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = private_.find(pool);
+  return it == private_.end() ? 0 : it->second.uses;
+}
+
+bool device_cache::pool_exists(uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return private_.count(pool) != 0;
+}
+
+bool device_cache::retired(const stream_pool* pool) {
+  if (pool->pool() == 0) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return private_.count(pool->pool()) == 0;
+}
+
+status device_cache::empty_pool(uint64_t pool) {
+  if (gate_.closed()) return status::ok;  // Note [Capture]: the next empty_cache gives it back
+  status result = status::ok;
+  for (stream_pool* p : pools_snapshot())
+    if (p->pool() == pool)
+      if (status s = release_free_segments(p, /*wait=*/false); s != status::ok && result == status::ok) result = s;
+  return result;
+}
+
+void device_cache::pool_blocks(uint64_t pool, std::vector<void*>* out) {
+  for (stream_pool* p : pools_snapshot()) {
+    if (p->pool() != pool) continue;
+    std::vector<block_record> records;
+    {
+      std::lock_guard<std::mutex> lock(p->mutex());
+      p->collect(&records);
+    }
+    for (const block_record& r : records)
+      if (r.live) out->push_back(reinterpret_cast<void*>(r.address));
+  }
+}
+
+std::vector<std::pair<uint64_t, uint32_t>> device_cache::pool_sites() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<uint64_t, uint32_t>> out;
+  for (const auto& [id, p] : private_) out.emplace_back(id, p.site);
+  return out;
 }
 
 std::vector<stream_pool*> device_cache::pools_snapshot() {
@@ -60,6 +129,8 @@ status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block
   const size_t rounded = round_size(size);
   status s = try_allocate(pool, rounded, size, tag, out);
   if (s != status::out_of_memory) return s;
+  // During a capture nothing goes back to the device (Note [Capture] in private_pool.h).
+  if (gate_.closed()) return out_of_memory(size, rounded);
   // Rung 4: the device is full. Give every fully free segment back, after waiting for pending frees.
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -98,7 +169,7 @@ status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size
 
 segment* device_cache::take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind) {
   for (stream_pool* other : pools_snapshot()) {
-    if (other == pool) continue;
+    if (other == pool || other->pool() != pool->pool()) continue;  // private memory stays private
     std::unique_lock<std::mutex> lock(other->mutex(), std::try_to_lock);
     if (!lock.owns_lock()) continue;  // busy: never wait on another pool while holding ours
     if (segment* s = other->disown_safe_segment(rounded, kind)) return s;
@@ -210,18 +281,27 @@ status device_cache::release(const std::vector<segment*>& segments) {
   return result;
 }
 
+status device_cache::release_free_segments(stream_pool* pool, bool wait) {
+  status result = status::ok;
+  std::vector<segment*> freed;
+  {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    pool->process_pending(wait, /*stream_alive=*/false);
+    pool->disown_free_segments(&freed);
+    if (validate_) result = check(pool, "emptying the cache");
+  }
+  if (status s = release(freed); s != status::ok && result == status::ok) result = s;
+  return result;
+}
+
+// The default pools and retired private pools; a private pool still retained keeps its memory (a
+// graph replays into it). During a capture, nothing (Note [Capture]).
 status device_cache::empty_cache(bool wait) {
+  if (gate_.closed()) return status::ok;
   status result = status::ok;
   for (stream_pool* pool : pools_snapshot()) {
-    std::vector<segment*> freed;
-    {
-      std::lock_guard<std::mutex> lock(pool->mutex());
-      pool->process_pending(wait, /*stream_alive=*/false);
-      pool->disown_free_segments(&freed);
-      if (validate_)
-        if (status s = check(pool, "emptying the cache"); s != status::ok && result == status::ok) result = s;
-    }
-    if (status s = release(freed); s != status::ok && result == status::ok) result = s;
+    if (pool->pool() != 0 && !retired(pool)) continue;
+    if (status s = release_free_segments(pool, wait); s != status::ok && result == status::ok) result = s;
   }
   if (result != status::ok) {
     const std::string reason = last_error();
@@ -252,11 +332,18 @@ status device_cache::out_of_memory(size_t size, size_t rounded) {
 
 status device_cache::free(block* b, bool* taken) {
   stream_pool* pool = b->seg->owner;  // stable: only whole free segments change owner
-  std::lock_guard<std::mutex> lock(pool->mutex());
-  const status s = pool->free(b);
-  *taken = s == status::ok;
-  if (s != status::ok || !validate_) return s;
-  return check(pool, "a free");
+  status s;
+  {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    s = pool->free(b);
+    *taken = s == status::ok;
+    if (s == status::ok && validate_) s = check(pool, "a free");
+  }
+  // A retired private pool's memory goes back as its last blocks are freed (Note [Private pools]).
+  // A segment the backend refuses stays cached, for empty_cache to try again: the free itself is done.
+  if (*taken && pool->pool() != 0 && !gate_.closed() && retired(pool))
+    (void)release_free_segments(pool, /*wait=*/false);
+  return s;
 }
 
 void device_cache::record_stream(block* b, backend::stream_handle used_on) {

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "observer.h"
+#include "private_pool.h"
 #include "stats.h"
 #include "stream_pool.h"
 
@@ -24,14 +25,31 @@ namespace tracepool::core {
 class device_cache {
  public:
   // Segment events go to `observers` (Note [Observers]), which must outlive the device_cache.
-  device_cache(backend::backend& be, int device, size_t limit, bool validate, const observer_list& observers);
+  device_cache(backend::backend& be, const capture_gate& gate, int device, size_t limit, bool validate,
+               const observer_list& observers);
   ~device_cache();  // gives every segment back to the backend, live blocks included
   device_cache(const device_cache&) = delete;
   device_cache& operator=(const device_cache&) = delete;
 
   int device() const { return device_; }
-  // The pool of `stream`, created on first use. Pools live as long as the device_cache.
-  stream_pool* pool_for(backend::stream_handle stream);
+  // The pool of `stream` in private pool `pool` (0: the default one), created on first use. Stream
+  // pools live as long as the device_cache. pre: `pool` is 0 or retained.
+  stream_pool* pool_for(backend::stream_handle stream, uint64_t pool = 0);
+
+  // ---- Private pools (Note [Private pools] in private_pool.h) ----
+  // Creates private pool `pool` (nonzero) with one use, or adds a use; `site` names it in reports.
+  status retain_pool(uint64_t pool, uint32_t site);
+  // Drops a use; at none the pool retires and its free memory goes back (see the Note).
+  status release_pool(uint64_t pool);
+  // Uses of `pool` (0 if it does not exist or has retired).
+  int pool_use_count(uint64_t pool);
+  bool pool_exists(uint64_t pool);
+  // Gives `pool`'s whole free segments back to the device (PyTorch's emptyCache(mempool_id)).
+  status empty_pool(uint64_t pool);
+  // The addresses of `pool`'s allocated blocks.
+  void pool_blocks(uint64_t pool, std::vector<void*>* out);
+  // The site that created each private pool still retained, by pool.
+  std::vector<std::pair<uint64_t, uint32_t>> pool_sites();
 
   // pre: 0 < size <= max_request.
   status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
@@ -66,15 +84,24 @@ class device_cache {
   status release(const std::vector<segment*>& segments);
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
+  status release_free_segments(stream_pool* pool, bool wait);
+  bool retired(const stream_pool* pool);
   status check(stream_pool* pool, const char* after);
 
+  struct private_pool {
+    int uses = 0;
+    uint32_t site = 0;  // the call that created it
+  };
+
   backend::backend& backend_;
+  const capture_gate& gate_;
   const int device_;
   const bool validate_;
   const observer_list& observers_;
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<stream_pool>> pools_;
+  std::map<uint64_t, private_pool> private_;  // retained private pools; a retired one is erased
   std::map<const char*, segment*> segments_;  // by start address
   stat_table segment_stats_;                  // segment and reserved_bytes rows only
   event_counters counters_;

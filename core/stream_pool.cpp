@@ -5,8 +5,9 @@
 
 namespace tracepool::core {
 
-stream_pool::stream_pool(backend::backend& be, int device, backend::stream_handle stream)
-    : stream_(stream), device_(device), reuse_(be, device, stream) {}
+stream_pool::stream_pool(backend::backend& be, const capture_gate& gate, int device, backend::stream_handle stream,
+                         uint64_t pool)
+    : stream_(stream), pool_(pool), device_(device), reuse_(be, gate, device, stream) {}
 
 stream_pool::~stream_pool() {
   while (spare_ != nullptr) {
@@ -216,7 +217,7 @@ void stream_pool::collect(std::vector<block_record>* out) const {
       out->push_back(block_record{b->site, b->birth, b->size, b->requested, live,
                                   !live && !pending && !b->is_whole_segment(), pending, s->kind,
                                   reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(s->ptr), s->size,
-                                  reinterpret_cast<uintptr_t>(stream_)});
+                                  reinterpret_cast<uintptr_t>(stream_), pool_});
     }
 }
 

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "block.h"
 #include "free_list.h"
+#include "private_pool.h"
 #include "stats.h"
 #include "stream_reuse.h"
 
@@ -20,13 +21,16 @@ namespace tracepool::core {
 
 class stream_pool {
  public:
-  stream_pool(backend::backend& be, int device, backend::stream_handle stream);
+  // `pool`: the private pool it belongs to (Note [Private pools] in private_pool.h), 0 for the default.
+  stream_pool(backend::backend& be, const capture_gate& gate, int device, backend::stream_handle stream,
+              uint64_t pool = 0);
   ~stream_pool();  // the segments must have been disowned already
   stream_pool(const stream_pool&) = delete;
   stream_pool& operator=(const stream_pool&) = delete;
 
   std::mutex& mutex() { return mutex_; }
   backend::stream_handle stream() const { return stream_; }
+  uint64_t pool() const { return pool_; }
 
   // Smallest free block of the kind that holds `rounded`, or nullptr.
   block* find_free(size_t rounded, pool_kind kind) const;
@@ -77,6 +81,7 @@ class stream_pool {
 
   std::mutex mutex_;
   backend::stream_handle stream_;
+  uint64_t pool_;
   int device_;
   small_free_list small_;
   large_free_list large_;

@@ -11,7 +11,7 @@ stream_reuse::~stream_reuse() {
 }
 
 status stream_reuse::poll_fence() {
-  if (fence_event_ == nullptr) return status::ok;
+  if (fence_event_ == nullptr || gate_.closed()) return status::ok;
   bool done = false;
   if (status s = backend_.query_event(device_, fence_event_, &done); s != status::ok) return s;
   if (done) {
@@ -24,7 +24,7 @@ status stream_reuse::poll_fence() {
 
 uint64_t stream_reuse::on_free(bool stream_alive) {
   ++free_seq_;
-  if (!stream_alive) return free_seq_;
+  if (!stream_alive || gate_.closed()) return free_seq_;
   // No fence in flight: record one now (cost: one cuEventRecord). Otherwise look at the clock only
   // every poll_every frees, and at the driver only once poll_interval has passed.
   if (fence_event_ == nullptr || frees_until_check_-- == 0) maintain_fence();
@@ -49,17 +49,25 @@ void stream_reuse::maintain_fence() {
   fence_seq_ = free_seq_;
 }
 
-status stream_reuse::defer_free(block* b) {
-  pending_block p{b, {}};
-  p.events.reserve(b->stream_uses->size());
-  for (backend::stream_handle used : *b->stream_uses) {
+status stream_reuse::record_uses(pending_block* p) {
+  p->events.reserve(p->b->stream_uses->size());
+  for (backend::stream_handle used : *p->b->stream_uses) {
     backend::event_handle e = nullptr;
     if (status s = backend_.record_event(device_, used, &e); s != status::ok) {
-      for (auto taken : p.events) backend_.return_event(device_, taken);
+      for (auto taken : p->events) backend_.return_event(device_, taken);
+      p->events.clear();
       return s;
     }
-    p.events.push_back(e);
+    p->events.push_back(e);
   }
+  p->deferred = false;
+  return status::ok;
+}
+
+status stream_reuse::defer_free(block* b) {
+  pending_block p{b, {}, true};
+  if (!gate_.closed())
+    if (status s = record_uses(&p); s != status::ok) return s;
   pending_.push_back(std::move(p));
   return status::ok;
 }
@@ -72,11 +80,15 @@ void stream_reuse::forget_device_work(std::vector<block*>* ready) {
 }
 
 void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait) {
+  if (gate_.closed()) return;
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     pending_block& p = pending_[i];
-    bool all_done = true;
+    // Freed during a capture: its streams' events are recorded now, and waited for from here on.
+    // One that cannot be recorded leaves the block pending for a later try.
+    bool all_done = !p.deferred || record_uses(&p) == status::ok;
     for (auto e : p.events) {
+      if (!all_done) break;
       bool done = false;
       status s = wait ? backend_.synchronize_event(device_, e) : backend_.query_event(device_, e, &done);
       if (wait) done = s == status::ok;

@@ -19,6 +19,9 @@
 //     stays "pending free" (still active) until all have completed (polled at each malloc).
 // Limits: a freed block of a partly used segment is reused only on its own stream; other streams get
 // whole segments. Releasing segments to the device needs no fence: cuMemFree synchronizes.
+// While the capture gate is closed (Note [Capture] in private_pool.h) no event is recorded, queried
+// or waited for: frees are not fenced, and record_stream frees stay pending, with their events
+// recorded once the gate opens.
 #pragma once
 
 #include <cstdint>
@@ -26,13 +29,14 @@
 
 #include "backend/backend.h"
 #include "block.h"
+#include "private_pool.h"
 
 namespace tracepool::core {
 
 class stream_reuse {
  public:
-  stream_reuse(backend::backend& be, int device, backend::stream_handle stream)
-      : backend_(be), device_(device), stream_(stream) {}
+  stream_reuse(backend::backend& be, const capture_gate& gate, int device, backend::stream_handle stream)
+      : backend_(be), gate_(gate), device_(device), stream_(stream) {}
   ~stream_reuse();
   stream_reuse(const stream_reuse&) = delete;
   stream_reuse& operator=(const stream_reuse&) = delete;
@@ -62,7 +66,9 @@ class stream_reuse {
   struct pending_block {
     block* b;
     std::vector<backend::event_handle> events;
+    bool deferred;  // freed while the gate was closed: its events are not recorded yet
   };
+  status record_uses(pending_block* p);
   status poll_fence();
   void maintain_fence();
 
@@ -70,6 +76,7 @@ class stream_reuse {
   static constexpr int64_t poll_interval_ns = 1000000;  // between polls of a fence in flight
 
   backend::backend& backend_;
+  const capture_gate& gate_;
   int device_;
   backend::stream_handle stream_;
   uint64_t free_seq_ = 0;         // frees so far on this pool

@@ -67,6 +67,13 @@ class backend {
   // test keep a freed block "still in use" on its stream. At most one hold per stream at a time.
   virtual status hold_stream(int device, stream_handle stream, void** hold) noexcept = 0;
   virtual status release_hold(void* hold) noexcept = 0;
+  // Emulated stream capture in CUDA's global mode (host backend only; real captures are CUDA's own
+  // calls). While one is on, every call a real capture would refuse is counted in the host ledger
+  // (capture_violations): release, query_event and synchronize_event from any stream, and
+  // record_event on a capturing stream. allocate is allowed: the CUDA backend makes it in relaxed
+  // mode (Note [Capture-safe calls] in cuda_backend.cpp).
+  virtual status begin_capture(int device, stream_handle stream) noexcept;
+  virtual status end_capture(int device, stream_handle stream) noexcept;
 };
 
 // Options of the host backend: base/config.h (host_options), since TRACEPOOL_CONF sets them.
@@ -85,6 +92,9 @@ struct host_ledger {
   size_t faults_by_kind[kinds] = {};  // fail_call's, by kind
   size_t bytes_in_use = 0;  // allocated and not released, all devices
   size_t events_out = 0;    // handed out by record_event and not yet returned
+  size_t capture_violations = 0;             // calls a real capture would have refused (begin_capture)
+  const char* last_violation = nullptr;      // the kind of the latest one
+  size_t allocations_during_capture = 0;     // allocate calls while a capture was on (allowed)
 };
 // The ledger of `be`; false if `be` is not a host backend.
 bool read_host_ledger(backend& be, host_ledger* out);

@@ -2,6 +2,20 @@
 // decision 1). libcuda.so.1 is dlopen'ed and every entry point is resolved through
 // cuGetProcAddress, so the library loads on machines without a GPU and says why at first use.
 //
+// Note [Capture-safe calls]
+// While a stream captures a CUDA graph in global mode (PyTorch's default; thread-local mode is the
+// same for the capturing thread), a "potentially unsafe" call from any thread invalidates the
+// capture, and PyTorch's own state (its RNG) stays broken afterwards. tests/gpu/capture_probe.cpp
+// tries each driver call tracepool makes during a capture on an H200 (driver 580, CUDA 13.0); what
+// it saw, with the thread's mode as the capture left it, from the capturing thread and another one:
+//   cuMemAlloc       invalidates, in relaxed mode allowed (PyTorch's own allocator relaxes too)
+//   cuMemFree        invalidates, relaxed mode or not
+//   cuEventQuery, cuEventSynchronize   invalidate (events recorded outside the capture too)
+//   cuEventRecord    on the capturing stream: becomes part of the graph, never completes as an event
+//   cuMemGetInfo, cuEventRecord on another stream, cuCtxGetCurrent/SetCurrent: allowed
+// So tracepool makes cuMemAlloc in relaxed mode, and while a private pool's route is open makes
+// none of the others (Note [Capture] in core/private_pool.h).
+//
 // Note [Primary context]: every device is used through its primary context, the one PyTorch,
 // CuPy and the runtime API share. It is retained once, lazily, and never released: the host
 // framework owns its lifetime and may still be using it when we are destroyed. Each call makes
@@ -53,7 +67,8 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(stream_create, cuStreamCreate, PFN_cuStreamCreate_v2000)                              \
   X(stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                           \
   X(stream_synchronize, cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)               \
-  X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)
+  X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
+  X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)
 
 struct driver_api {
 #define TRACEPOOL_DECLARE_ENTRY_POINT(member, symbol, type) type member = nullptr;
@@ -212,10 +227,14 @@ class cuda_backend final : public backend {
     });
   }
 
+  // In relaxed capture mode: Note [Capture-safe calls].
   status allocate(int device, size_t size, void** out) noexcept override {
     return with_context(device, "cuMemAlloc", [&] {
       CUdeviceptr ptr = 0;
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      const bool relaxed = api_.exchange_capture_mode(&mode) == CUDA_SUCCESS;
       CUresult r = api_.mem_alloc(&ptr, size);
+      if (relaxed) (void)api_.exchange_capture_mode(&mode);  // the thread's own mode again
       if (r != CUDA_SUCCESS) {
         status s = check(r, "cuMemAlloc(%zu bytes) on device %d", size, device);
         return r == CUDA_ERROR_OUT_OF_MEMORY ? status::out_of_memory : s;

@@ -58,6 +58,7 @@ class host_backend final : public backend {
     if (status s = check(device); s != status::ok) return s;
     if (status s = injected(0); s != status::ok) return s;
     ++allocate_calls_;
+    if (!capturing_.empty()) ++ledger_.allocations_during_capture;
     if (options_.fail_alloc != 0 && allocate_calls_ == options_.fail_alloc)
       return injected_fault(status::out_of_memory, "allocation call", allocate_calls_);
     if (options_.fail_above != 0 && size > options_.fail_above) {
@@ -80,6 +81,7 @@ class host_backend final : public backend {
   status release(int device, void* ptr, size_t size) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    refused_by_capture("release");
     if (status s = injected(1); s != status::ok) return s;
     munmap(ptr, size);
     used_[static_cast<size_t>(device)] -= size;
@@ -90,6 +92,7 @@ class host_backend final : public backend {
   status record_event(int device, stream_handle stream, event_handle* out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    if (capturing_.count(key(device, stream)) != 0) refused_by_capture("record_event on a capturing stream");
     if (destroyed_.count(key(device, stream)) != 0) {
       // CUDA would be undefined behaviour here (often a crash): make the bug loud in tests.
       std::fprintf(stderr, "host backend: event recorded on destroyed stream %p\n", stream);
@@ -115,6 +118,7 @@ class host_backend final : public backend {
   status query_event(int device, event_handle event, bool* done) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    refused_by_capture("query_event");
     if (status s = injected(4); s != status::ok) return s;
     *done = complete(*static_cast<host_event*>(event));
     return status::ok;
@@ -124,6 +128,7 @@ class host_backend final : public backend {
   status synchronize_event(int device, event_handle event) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
+    refused_by_capture("synchronize_event");
     if (status s = injected(5); s != status::ok) return s;
     if (!complete(*static_cast<host_event*>(event)))
       return fail(status::backend_error, "host backend: event waits on a held stream; waiting would hang");
@@ -178,7 +183,23 @@ class host_backend final : public backend {
     return status::ok;
   }
 
- void lock_for_fork() noexcept override { mutex_.lock(); }
+  status begin_capture(int device, stream_handle stream) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    if (!capturing_.insert(key(device, stream)).second)
+      return fail(status::invalid_argument, "host backend: stream %p is capturing already", stream);
+    return status::ok;
+  }
+
+  status end_capture(int device, stream_handle stream) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    if (capturing_.erase(key(device, stream)) == 0)
+      return fail(status::invalid_argument, "host backend: stream %p is not capturing", stream);
+    return status::ok;
+  }
+
+  void lock_for_fork() noexcept override { mutex_.lock(); }
   void unlock_after_fork() noexcept override { mutex_.unlock(); }
 
   host_ledger ledger() {
@@ -194,6 +215,13 @@ class host_backend final : public backend {
     if (device >= 0 && device < options_.devices) return status::ok;
     return fail(status::invalid_device, "host backend: device %d does not exist (%d emulated)", device,
                 options_.devices);
+  }
+
+  // A call a real capture in global mode would refuse, made while one is on. Caller holds mutex_.
+  void refused_by_capture(const char* what) {
+    if (capturing_.empty()) return;
+    ++ledger_.capture_violations;
+    ledger_.last_violation = what;
   }
 
   // Counts a fallible call and fails it if it is the one fail_call names. Caller holds mutex_.
@@ -233,6 +261,7 @@ class host_backend final : public backend {
   size_t allocate_calls_ = 0;
   size_t events_created_ = 0;
   host_ledger ledger_;
+  std::set<stream_key> capturing_;  // begin_capture without end_capture yet
   uintptr_t streams_created_ = 0;
   std::map<stream_key, uint64_t> holds_issued_;  // per stream
   std::set<hold*> held_;                         // holds not yet released
@@ -251,6 +280,18 @@ bool read_host_ledger(backend& be, host_ledger* out) {
   if (host == nullptr) return false;
   *out = host->ledger();
   return true;
+}
+
+}  // namespace tracepool::backend
+
+namespace tracepool::backend {
+
+status backend::begin_capture(int, stream_handle) noexcept {
+  return fail(status::unavailable, "the %s backend does not emulate stream capture", name());
+}
+
+status backend::end_capture(int, stream_handle) noexcept {
+  return fail(status::unavailable, "the %s backend does not emulate stream capture", name());
 }
 
 }  // namespace tracepool::backend

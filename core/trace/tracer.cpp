@@ -47,6 +47,12 @@ block_tag tracer::capture(size_t size) {
   block_tag tag{0, epoch_.load(std::memory_order_relaxed)};
   if (mode_ == capture_mode::off) return tag;
   if (sampler_.enabled() && !sampler_.sample(size)) return tag;
+  tag.site = capture_site();
+  return tag;
+}
+
+uint32_t tracer::capture_site() {
+  if (mode_ == capture_mode::off) return 0;
   uintptr_t raw[max_capture_depth + own_frames_room + max_capture_depth * words_per_script_frame];
   size_t first = 0, kept = 0;
   if (captures_native(mode_)) {
@@ -57,17 +63,18 @@ block_tag tracer::capture(size_t size) {
   }
   uintptr_t* script_words = raw + first + kept;
   const size_t script = captures_script(mode_) ? capture_script_frames(script_words, script_depth_) : 0;
-  tag.site = sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), current_tags());
+  const uint32_t site =
+      sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), current_tags());
   // A new site's script frames are described now, while this thread still runs them.
-  if (script != 0 && tag.site != 0 && sites_.at(tag.site).script.load(std::memory_order_acquire) == nullptr) {
+  if (script != 0 && site != 0 && sites_.at(site).script.load(std::memory_order_acquire) == nullptr) {
     try {
       if (script_frame* described = describe_script_frames(script_words, script); described != nullptr)
-        sites_.describe(tag.site, described);
+        sites_.describe(site, described);
     } catch (const std::bad_alloc&) {
       // The site keeps its raw frames; reports show them as unknown.
     }
   }
-  return tag;
+  return site;
 }
 
 int64_t tracer::weighted_bytes(size_t requested) const {

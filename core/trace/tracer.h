@@ -48,6 +48,9 @@ class tracer final : public observer {
   static status create(const config& cfg, std::unique_ptr<tracer>* out);
 
   block_tag capture(size_t size);
+  // The calling thread's call site, never sampled out (0 when capture is off): names things other
+  // than blocks, such as a private pool's creator.
+  uint32_t capture_site();
   // Marks always; allocations and frees only when sites are captured (else every site is 0).
   unsigned events() const override {
     return mode_ == capture_mode::off ? mark_events : alloc_events | free_events | mark_events;

@@ -48,7 +48,11 @@ void write_segments(json_out& j, const held_memory& held, site_describer& descri
       j.key("requested_size"), j.value(requested);
       j.key("stream"), j.value(static_cast<int64_t>(s.stream));
       j.key("segment_type"), j.value(std::string(s.kind == pool_kind::small ? "small" : "large"));
-      j.key("segment_pool_id"), j.open('['), j.value(int64_t{0}), j.value(int64_t{0}), j.close(']');
+      // PyTorch's pair from tracepool's pool id (Note [Pool ids] in torch_allocator.cpp).
+      const auto half = static_cast<int64_t>(s.pool >> 1);
+      const bool handle = (s.pool & 1) != 0;
+      j.key("segment_pool_id"), j.open('['), j.value(handle ? int64_t{0} : half), j.value(handle ? half : int64_t{0}),
+          j.close(']');
       j.key("is_expandable"), j.value(false);
       j.key("frames"), j.open('['), j.close(']');
       j.key("blocks");

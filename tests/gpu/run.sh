@@ -111,7 +111,7 @@ g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icap
   || echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
 
 # ---- 2b. The Python package ------------------------------------------------------------------------
-# pip builds libtracepool.so, the extension and (torch being importable) the OOM shim once more, in
+# pip builds libtracepool.so, the extension and (torch being importable) libtracepool_torch.so once more, in
 # scikit-build-core's own tree (pyproject.toml's build-dir, kept between runs). There is no network
 # here: the venv sees the system's torch, pybind11 and scikit-build-core. It builds in the background
 # while the C++ tests run and is waited for before anything is timed (wait_for_package).
@@ -136,7 +136,7 @@ else
     start=$SECONDS
     make_venv &&
       timeout -k 5 "$t" "$VENV/bin/python" -m pip install --no-build-isolation --no-deps --no-index . &&
-      "$VENV/bin/python" -c 'import tracepool, tracepool.torch as t; print("package:", tracepool.library_path(), t._oom_shim_path())'
+      "$VENV/bin/python" -c 'import tracepool, tracepool.torch as t; print("package:", tracepool.library_path(), t._torch_lib_path())'
     rc=$?
     echo "$((SECONDS - start)) $rc" >"$WORK/pip.result"
     exit "$rc"
@@ -160,7 +160,7 @@ wait_for_package() {
   fi
   PY=$VENV/bin/python
   shim=$(sed -nE 's/^package: .* (\/.*libtracepool_torch\.so)$/\1/p' "$WORK/pip.log")
-  row PASS "pip install (Python package)" "$secs s (in the background); OOM shim: ${shim:-not built, see build.log}"
+  row PASS "pip install (Python package)" "$secs s (in the background); torch allocator class: ${shim:-not built, see build.log}"
 }
 
 # ---- 3. C++ tests ---------------------------------------------------------------------------------

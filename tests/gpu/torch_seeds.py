@@ -427,21 +427,23 @@ def scenario_oom(torch):
     import tracepool.torch
 
     step = "OOM: torch.cuda.OutOfMemoryError names the holder"
-    shim = tracepool.torch._installed.get("oom_shim")
+    shim = tracepool.torch._installed.get("torch_lib")
     hold = torch.ones(2048 * MiB, dtype=torch.uint8, device="cuda")  # <oom-holder>
     try:
         t = torch.empty(200 << 30, dtype=torch.uint8, device="cuda")
         return [["FAIL", step, "no exception; the tensor's data_ptr is %#x%s" % (
-            t.data_ptr(), "" if shim else " (OOM shim libtracepool_torch.so not built: PyTorch got a null pointer)")]]
+            t.data_ptr(), "" if shim else " (libtracepool_torch.so not built: PyTorch got a null pointer)")]]
     except torch.cuda.OutOfMemoryError as e:
         message = str(e)
     except RuntimeError as e:
         return [["FAIL", step, "RuntimeError, not OutOfMemoryError (%s): %s" % (
-            "shim %s" % os.path.basename(shim) if shim else "OOM shim not built", str(e).splitlines()[0][:200])]]
+            "allocator class %s" % os.path.basename(shim) if shim else "libtracepool_torch.so not built", str(e).splitlines()[0][:200])]]
     after = torch.ones(MiB, dtype=torch.uint8, device="cuda")
     ooms = torch.cuda.memory_stats()["num_ooms"]
     holder = marker_name("oom-holder")
     problems = [] if holder in message else ["message does not name %s" % holder]
+    if not message.startswith("CUDA out of memory. Tried to allocate"):
+        problems.append("message does not start with PyTorch's sentence")
     if ooms < 1:
         problems.append("num_ooms %d" % ooms)
     # The message's first sentence, and its line that names the holder.

@@ -215,7 +215,8 @@ TEST(Observers, AFullListIsAnErrorNotACrash) {
 TEST(Validation, ABrokenInvariantIsAnErrorAndThePoolStaysUsable) {
   auto be = backend::make_host_backend(host_options{});
   observer_list none;
-  device_cache dev(*be, 0, 0, /*validate=*/true, none);
+  capture_gate gate;
+  device_cache dev(*be, gate, 0, 0, /*validate=*/true, none);
   stream_pool* pool = dev.pool_for(nullptr);
   block* b = nullptr;
   ASSERT_EQ(dev.malloc(pool, 4096, block_tag{}, &b), status::ok);

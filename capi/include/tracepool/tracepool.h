@@ -112,6 +112,41 @@ TRACEPOOL_API int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* fr
 /* Caps the bytes `device` may reserve (0 removes the cap; -1: all devices). */
 TRACEPOOL_API int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes);
 
+/* ---- Private pools: a CUDA graph's memory, a scoped pool (PyTorch's MemPool) --------------------
+ * A private pool (id: any nonzero 64-bit value the caller picks) holds memory that only allocations
+ * routed to it get. While a route is open, every allocation on `device` that its filter accepts
+ * comes from the pool; a block freed, even during a capture, goes back to the pool and is reused only
+ * by allocations routed to it. Routes are tried newest first. The pool lives while it has uses: a
+ * route's begin adds one, retain adds one, release drops one; at none its free memory goes back to
+ * the device, and so does the rest as its last blocks are freed. While any route is open tracepool
+ * calls nothing that would break a stream capture (no event queries, no cuMemFree; device memory is
+ * obtained in relaxed capture mode): empty_cache keeps the cache and an allocation that does not fit
+ * fails without emptying it. To capture a CUDA graph: begin with the capturing stream, begin the
+ * capture, end it, tracepool_pool_end; tracepool_pool_release when the graph is destroyed.
+ *
+ * A filter returns nonzero for an allocation on `stream` that goes to the pool. It runs on the
+ * allocating thread, before tracepool takes any lock of the allocator, under the routes' own lock: it
+ * must not call tracepool. NULL filter: allocations on the stream `context` are routed. `release`
+ * (may be NULL) is called with `context` once the route has closed and no filter call is running. */
+typedef int (*tracepool_pool_filter_fn)(void* context, void* stream);
+TRACEPOOL_API int tracepool_pool_begin(tracepool_t* tp, int device, uint64_t pool, tracepool_pool_filter_fn filter,
+                                       void* context, void (*release)(void* context));
+/* Closes every route to `pool` on `device` (none open is not an error). */
+TRACEPOOL_API int tracepool_pool_end(tracepool_t* tp, int device, uint64_t pool);
+/* Adds a use, creating the pool if it does not exist. A new pool is named in reports by the call site
+ * of this call (or of the begin that created it). */
+TRACEPOOL_API int tracepool_pool_retain(tracepool_t* tp, int device, uint64_t pool);
+/* Drops a use. TRACEPOOL_ERR_INVALID_ARGUMENT if the pool has none left. */
+TRACEPOOL_API int tracepool_pool_release(tracepool_t* tp, int device, uint64_t pool);
+/* The pool's uses; 0 once it is released (or never was). */
+TRACEPOOL_API int tracepool_pool_use_count(tracepool_t* tp, int device, uint64_t pool, int* out);
+/* Gives the pool's fully free segments back to the device (while no route is open). */
+TRACEPOOL_API int tracepool_pool_empty(tracepool_t* tp, int device, uint64_t pool);
+/* The addresses of the pool's allocated blocks: *count is how many there are; at most `capacity` are
+ * written to `out` (which may be NULL when capacity is 0). */
+TRACEPOOL_API int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out, size_t capacity,
+                                        size_t* count);
+
 /* ---- Statistics ---------------------------------------------------------------------------- */
 TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);
 TRACEPOOL_API int tracepool_reset_peak_stats(tracepool_t* tp, int device);        /* peak = current */

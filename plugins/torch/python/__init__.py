@@ -25,13 +25,14 @@ import threading
 from typing import Any
 
 from .. import _tracepool, configure, library_path
-from . import _oom_shim, memory_viz
+from . import _torch_lib, memory_viz
 
 __all__ = ["dump_snapshot", "install", "pool"]
 
 _lock = threading.Lock()
-# The installation: {"conf": ..., "allocator": ..., "oom_shim": path or None}. PyTorch itself keeps
-# the installed allocator alive until exit (change_current_allocator stores it).
+# The installation: {"conf": ..., "allocator": the CUDAPluggableAllocator or None, "torch_lib": path of
+# libtracepool_torch.so or None}. PyTorch itself keeps the installed allocator alive until exit
+# (change_current_allocator stores it).
 _installed: dict[str, Any] | None = None
 _memory_fraction: dict[int, float] = {}  # what set_per_process_memory_fraction set, by device
 
@@ -43,12 +44,12 @@ _NOT_BEFORE_CUDA = (
 )
 
 
-def _oom_shim_path() -> str | None:
-    """The OOM shim (libtracepool_torch.so), or None: the build makes it only where torch was importable,
-    installs it next to this file and says so in _oom_shim.py."""
-    if _oom_shim.FILE is None:
+def _torch_lib_path() -> str | None:
+    """libtracepool_torch.so (tracepool as a PyTorch CUDAAllocator), or None: the build makes it only
+    where torch was importable, installs it next to this file and says so in _torch_lib.py."""
+    if _torch_lib.FILE is None:
         return None
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _oom_shim.FILE)
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _torch_lib.FILE)
 
 
 def _address(lib: ctypes.CDLL, name: str) -> int:
@@ -68,14 +69,19 @@ def install(conf: str | None = None) -> None:
     ``_snapshot`` and ``_dump_snapshot`` report tracepool's memory; ``empty_cache``,
     ``set_per_process_memory_fraction`` and ``Tensor.record_stream`` reach tracepool; allocations
     made during ``backward()`` / ``torch.autograd.grad`` carry the Python frames of the line that
-    called them (flagged borrowed). An allocation that does not fit raises
-    ``torch.cuda.OutOfMemoryError`` naming the lines that hold the most memory (when the OOM
-    shim, ``libtracepool_torch.so``, was built; without it PyTorch gets a null pointer and tracepool
-    prints the error on stderr).
+    called them (flagged borrowed).
+
+    Where ``libtracepool_torch.so`` was built (torch importable at build time), tracepool is
+    installed as a PyTorch CUDAAllocator class of its own: ``torch.cuda.graph``,
+    ``make_graphed_callables``, ``torch.compile(mode="reduce-overhead")`` and ``torch.cuda.MemPool``
+    get private pools from tracepool, OOM observers are told, and an allocation that does not fit
+    raises ``torch.cuda.OutOfMemoryError`` with PyTorch's sentence followed by the lines that hold
+    the most memory. Without it PyTorch's CUDAPluggableAllocator is used: no CUDA graphs or MemPool,
+    and a failed allocation gives PyTorch a null pointer (tracepool prints the error on stderr).
 
     There is no uninstall: PyTorch cannot swap its allocator back once it has one, and tensors
     already allocated must be freed by the allocator that made them. ``_record_memory_history``
-    and the other allocator features PyTorch keeps for its own allocator stay unavailable.
+    stays unavailable (``history:N`` in ``conf`` records tracepool's own, for :func:`dump_snapshot`).
 
     Raises RuntimeError if CUDA is already initialised or unavailable, or if tracepool's instance
     does not use the CUDA backend; :class:`tracepool.Error` for a bad ``conf``.
@@ -100,25 +106,44 @@ def install(conf: str | None = None) -> None:
             raise RuntimeError("tracepool.torch.install: tracepool's instance uses the %r backend (TRACEPOOL_CONF?); "
                                "PyTorch needs device memory, backend cuda" % backend)
 
-        lib = ctypes.CDLL(library_path())  # the file the extension uses: one allocator per process
-        shim = _oom_shim_path()
-        if shim is not None:  # its dependency on libtracepool.so resolves to the one already loaded
-            allocator = torch.cuda.memory.CUDAPluggableAllocator(shim, "tracepool_torch_alloc_checked",
-                                                                 "tracepool_torch_free")
-        else:
-            allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "tracepool_torch_alloc",
-                                                                 "tracepool_torch_free")
-        hooks = allocator.allocator()  # a torch._C._CUDAPluggableAllocator
-        hooks.set_reset_fn(_address(lib, "tracepool_torch_empty_cache"))
-        hooks.set_memory_fraction_fn(_address(lib, "tracepool_torch_set_memory_fraction"))
-        hooks.set_record_stream_fn(_address(lib, "tracepool_torch_record_stream"))
-        try:
-            torch.cuda.memory.change_current_allocator(allocator)
-        except RuntimeError as e:  # "Can't swap an already initialized allocator"
-            raise RuntimeError("tracepool.torch.install: %s (PyTorch: %s)" % (_NOT_BEFORE_CUDA, e)) from e
-        _installed = {"conf": conf, "allocator": allocator, "oom_shim": shim}
-        _patch_memory_functions(torch)
+        torch_lib = _torch_lib_path()
+        allocator = _install_allocator_class(torch_lib) if torch_lib is not None else _install_pluggable()
+        _installed = {"conf": conf, "allocator": allocator, "torch_lib": torch_lib}
+        _patch_memory_functions(torch, allocator_class=torch_lib is not None)
         _patch_backward(torch)
+
+
+def _install_allocator_class(path: str) -> None:
+    """tracepool's CUDAAllocator subclass (plugins/torch/torch_allocator.cpp): CUDA graphs, MemPool,
+    OOM observers and torch.cuda.OutOfMemoryError work as with PyTorch's own allocator."""
+    lib = ctypes.CDLL(path)  # its dependency on libtracepool.so resolves to the one already loaded
+    lib.tracepool_torch_install.restype = ctypes.c_int
+    lib.tracepool_torch_install_error.restype = ctypes.c_char_p
+    if lib.tracepool_torch_install() != 0:
+        error = lib.tracepool_torch_install_error().decode("utf-8", "replace")
+        if "already initialized" in error:
+            raise RuntimeError("tracepool.torch.install: %s (PyTorch: %s)" % (_NOT_BEFORE_CUDA, error))
+        raise RuntimeError("tracepool.torch.install: %s" % error)
+    return None
+
+
+def _install_pluggable() -> Any:
+    """Without libtracepool_torch.so: PyTorch's CUDAPluggableAllocator over tracepool_torch_alloc.
+    CUDA graphs, MemPool and OOM observers are then unavailable (the pluggable class refuses them)."""
+    import torch
+
+    lib = ctypes.CDLL(library_path())  # the file the extension uses: one allocator per process
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "tracepool_torch_alloc",
+                                                         "tracepool_torch_free")
+    hooks = allocator.allocator()  # a torch._C._CUDAPluggableAllocator
+    hooks.set_reset_fn(_address(lib, "tracepool_torch_empty_cache"))
+    hooks.set_memory_fraction_fn(_address(lib, "tracepool_torch_set_memory_fraction"))
+    hooks.set_record_stream_fn(_address(lib, "tracepool_torch_record_stream"))
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as e:  # "Can't swap an already initialized allocator"
+        raise RuntimeError("tracepool.torch.install: %s (PyTorch: %s)" % (_NOT_BEFORE_CUDA, e)) from e
+    return allocator
 
 
 def _device(device: int | None) -> int:
@@ -155,49 +180,53 @@ def _reset_accumulated_stats(device: int | None = None) -> None:
 
 def _memory_snapshot(pool_and_traces: tuple[int, int, bool] | None = None) -> dict[str, Any]:
     """torch._C._cuda_memorySnapshot: None from _snapshot(), (pool id, pool id, include_traces)
-    from memory_snapshot() and MemPool.snapshot(). tracepool has no private pools: only (0, 0),
-    the default pool, holds segments."""
+    from memory_snapshot() and MemPool.snapshot(). (0, 0) gives every segment, as PyTorch's own
+    allocator does; a private pool's id only the segments of that pool."""
     snapshot = memory_viz.from_json(_tracepool.torch_snapshot_json())
     if pool_and_traces is None:
         return snapshot
-    if tuple(pool_and_traces[:2]) != (0, 0):
-        snapshot = dict(snapshot, segments=[])
+    pool = (int(pool_and_traces[0]), int(pool_and_traces[1]))
+    if pool != (0, 0):
+        snapshot = dict(snapshot, segments=[s for s in snapshot["segments"] if s["segment_pool_id"] == pool])
     return snapshot if pool_and_traces[2] else memory_viz.without_traces(snapshot)
 
 
-def _get_memory_fraction(device: int | None = None) -> float:
+def _get_memory_fraction(device: int | None = None) -> float:  # the pluggable fallback's
     return _memory_fraction.get(_device(device), 1.0)
 
 
-def _patch_memory_functions(torch: Any) -> None:
-    """Points torch.cuda.memory's functions at tracepool. They look these torch._C functions up at
-    every call (torch/cuda/memory.py), so replacing the attributes reroutes memory_allocated,
-    memory_reserved, max_memory_*, memory_stats, memory_summary, reset_peak_memory_stats,
-    reset_max_memory_allocated, reset_accumulated_memory_stats, get_per_process_memory_fraction,
-    memory_snapshot, _snapshot and _dump_snapshot, and torch.accelerator's memory_stats & co.
-    empty_cache and set_per_process_memory_fraction reach tracepool through the allocator's hooks;
-    the fraction is also remembered here for get."""
+def _patch_memory_functions(torch: Any, allocator_class: bool) -> None:
+    """Points torch.cuda.memory's functions at tracepool where PyTorch's C++ side cannot. They look
+    these torch._C functions up at every call (torch/cuda/memory.py), so replacing the attributes
+    reroutes them.
+
+    With tracepool's allocator class (``allocator_class``), memory_stats and everything built on it,
+    the resets, the fraction, empty_cache and record_stream reach tracepool through PyTorch's own
+    C++ calls; only the snapshot (memory_snapshot, _snapshot, _dump_snapshot, MemPool.snapshot),
+    which the class cannot build in PyTorch's C++ types, and torch.accelerator's memory functions
+    (which ask the allocator registered at load time, PyTorch's own) are routed here. With
+    PyTorch's pluggable class, which refuses them all, the statistics and the fraction are too."""
     C = torch._C
-    set_fraction = C._cuda_setMemoryFraction
-
-    def _set_memory_fraction(fraction: float, device: int) -> None:
-        set_fraction(fraction, device)  # -> tracepool_torch_set_memory_fraction
-        _memory_fraction[_device(device)] = float(fraction)
-
-    C._cuda_memoryStats = _memory_stats
-    C._cuda_resetPeakMemoryStats = _reset_peak_stats
-    C._cuda_resetAccumulatedMemoryStats = _reset_accumulated_stats
     C._cuda_memorySnapshot = _memory_snapshot
-    C._cuda_getMemoryFraction = _get_memory_fraction
-    C._cuda_setMemoryFraction = _set_memory_fraction
+    if not allocator_class:
+        set_fraction = C._cuda_setMemoryFraction
+
+        def _set_memory_fraction(fraction: float, device: int) -> None:
+            set_fraction(fraction, device)  # -> tracepool_torch_set_memory_fraction
+            _memory_fraction[_device(device)] = float(fraction)
+
+        C._cuda_memoryStats = _memory_stats
+        C._cuda_resetPeakMemoryStats = _reset_peak_stats
+        C._cuda_resetAccumulatedMemoryStats = _reset_accumulated_stats
+        C._cuda_getMemoryFraction = _get_memory_fraction
+        C._cuda_setMemoryFraction = _set_memory_fraction
     # torch.accelerator's memory functions (torch/accelerator/memory.py) ask the allocator registered
-    # for the device type, PyTorch's own, which never starts once a pluggable one is installed: route
-    # them to tracepool too.
+    # for the device type, PyTorch's own, which never starts once another one is installed.
     for name, function in (("_accelerator_isAllocatorInitialized", torch.cuda.is_initialized),
                            ("_accelerator_emptyCache", C._cuda_emptyCache),
-                           ("_accelerator_getDeviceStats", _memory_stats),
-                           ("_accelerator_resetPeakStats", _reset_peak_stats),
-                           ("_accelerator_resetAccumulatedStats", _reset_accumulated_stats)):
+                           ("_accelerator_getDeviceStats", C._cuda_memoryStats),
+                           ("_accelerator_resetPeakStats", C._cuda_resetPeakMemoryStats),
+                           ("_accelerator_resetAccumulatedStats", C._cuda_resetAccumulatedMemoryStats)):
         if hasattr(C, name):
             setattr(C, name, function)
 
@@ -240,14 +269,14 @@ def pool(use_on_oom: bool = False) -> Any:
     (2 MiB, 20 MiB, or the request rounded to 2 MiB) when the pool needs one, and returns them on
     ``empty_cache`` or when the pool dies. So tracepool's reports name the lines that grew the pool,
     not every tensor, and PyTorch's own memory tools (memory_stats, ``_record_memory_history``)
-    keep working. Works after CUDA is initialised; not together with :func:`install` (PyTorch
-    does not support pools on a pluggable allocator). Only the current thread's allocations go to
-    the pool, as ``use_mem_pool`` documents.
+    keep working. Works after CUDA is initialised; not together with :func:`install`, after which
+    a plain ``torch.cuda.MemPool()`` is tracepool's own private pool (every tensor attributed). Only
+    the current thread's allocations go to the pool, as ``use_mem_pool`` documents.
     """
     import torch
 
-    # The plain entry point, not the OOM shim: inside a pool PyTorch treats a null segment as its
-    # own out-of-memory case (freeing its cache, retrying, raising OutOfMemoryError itself).
+    # The plain entry point: inside a pool PyTorch treats a null segment as its own out-of-memory
+    # case (freeing its cache, retrying, raising OutOfMemoryError itself).
     allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "tracepool_torch_alloc",
                                                          "tracepool_torch_free")
     # The MemPool holds the C++ allocator by raw pointer, and only this Python object owns it. A

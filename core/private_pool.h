@@ -1,0 +1,93 @@
+// private_pool.h: private pools (a CUDA graph's memory, PyTorch's MemPool), the routes that send
+// allocations to them, and the capture gate that keeps tracepool's own device work out of a stream
+// capture. See Note [Private pools] and Note [Capture].
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/status.h"
+
+namespace tracepool::core {
+
+// Note [Private pools]
+// Rationale: a captured CUDA graph replays with the addresses it was captured with. Memory the
+// capture allocated, freed inside the capture included, must stay the graph's until the graph is
+// gone: no other allocation may be handed it, and nothing may give it back to the device.
+// Approach (PyTorch's, from its CUDACachingAllocator's private pools):
+//   - A private pool has an id (a 64-bit key; 0 is the default pool) and a use count. retain creates
+//     it or adds a use; release drops one. While a route to it is open, allocations the route's
+//     filter accepts come from it, in stream pools of its own (one per stream), and grow it with
+//     segments of its own. Frees of its blocks return to it, wherever they come from.
+//   - Its memory is reused only by allocations routed to it (graphs sharing a pool share it on
+//     purpose); its free segments never move to other streams' pools and empty_cache keeps them.
+//   - When its use count reaches 0 it is retired: its whole free segments go back to the device at
+//     once (no capture running) or at the next empty_cache, and so do the ones its last live blocks
+//     free later. cuMemFree waits for the device, so a replay still running cannot be overrun.
+//   - Blocks record nothing new: their segment's stream pool knows the pool. Reports group a private
+//     pool's blocks under the call site that opened its first route (the capture's line).
+
+// A route's filter: nonzero when an allocation on `stream` goes to the route's pool. Runs on the
+// allocating thread before any allocator lock, under the routes' own lock: it must not call back
+// into tracepool. NULL filter: allocations on the stream `context` are routed.
+using route_filter_fn = int (*)(void* context, void* stream);
+using route_release_fn = void (*)(void* context);
+
+struct route {
+  int device;
+  uint64_t pool;
+  route_filter_fn filter;
+  void* context;
+  route_release_fn release;  // called on context when the route closes; may be null
+};
+
+// Note [Capture]
+// While any stream of the process captures in CUDA's global mode, a call that may synchronise with
+// the device or ask about work in flight, from any thread, invalidates the capture (which calls do:
+// Note [Capture-safe calls] in backend/cuda_backend.cpp, measured by tests/gpu/capture_probe.cpp).
+// tracepool learns of captures from the routes: while one is open, the gate is closed and
+//   - stream_reuse records and queries no event: frees count as not yet safe for other streams,
+//     and record_stream frees wait (pending, with no event) until the gate opens again;
+//   - nothing goes back to the device: empty_cache keeps the cache and an allocation that does not
+//     fit fails without emptying it (the device is asked for new memory only, in relaxed mode);
+//   - pending frees are not polled.
+// The host backend emulates captures (begin_capture) and counts every call a real capture would
+// have refused (host_ledger::capture_violations); the tests require none.
+class capture_gate {
+ public:
+  bool closed() const { return open_routes_.load(std::memory_order_acquire) != 0; }
+  void route_opened() { open_routes_.fetch_add(1, std::memory_order_acq_rel); }
+  void route_closed() { open_routes_.fetch_sub(1, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<int> open_routes_{0};
+};
+
+// The open routes of one allocator. Locking: mutex_ is taken alone, before any allocator lock.
+class route_table {
+ public:
+  explicit route_table(capture_gate& gate) : gate_(gate) {}
+  ~route_table();
+  route_table(const route_table&) = delete;
+  route_table& operator=(const route_table&) = delete;
+
+  status open(const route& r);
+  // Closes every route of `pool` on `device`; returns how many were open.
+  size_t close(int device, uint64_t pool);
+  // The pool an allocation on (device, stream) goes to: the newest route that accepts it, else 0.
+  uint64_t pool_for(int device, void* stream);
+  bool any_open() const { return gate_.closed(); }
+
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+
+ private:
+  capture_gate& gate_;
+  std::mutex mutex_;
+  std::vector<route> routes_;
+};
+
+}  // namespace tracepool::core

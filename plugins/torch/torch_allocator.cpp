@@ -1,0 +1,358 @@
+// torch_allocator.cpp: libtracepool_torch.so, tracepool as PyTorch's CUDA allocator in PyTorch's own
+// C++ terms: a subclass of CUDAPluggableAllocator that answers the calls the pluggable class refuses
+// or drops. tracepool.torch.install() loads it and calls tracepool_torch_install().
+//
+// Why a subclass (notes/pytorch.md §1.2-1.3, PyTorch 2.11): CUDAPluggableAllocator forwards only
+// begin/end/releasePool (as C++ std::function hooks) and refuses createOrIncrefPool (so
+// torch.cuda.MemPool()), getPoolUseCount, checkPoolLiveAllocations and getCheckpointState (so
+// torch.compile's CUDA-graph trees), attachOutOfMemoryObserver and getMemoryFraction; it turns a
+// failed allocation into a null tensor, not torch.cuda.OutOfMemoryError. All of them are virtual on
+// c10::cuda::CUDACachingAllocator::CUDAAllocator, and PyTorch's changeCurrentAllocator takes any
+// subclass: this one overrides them over tracepool's C API. Built only where torch can be imported
+// at build time (plugins/torch/CMakeLists.txt), with torch's headers and C++ ABI; libtracepool.so
+// itself never depends on torch.
+//
+// Note [Exceptions out of the allocator]
+// Everywhere else an exception never crosses tracepool's C ABI (STYLE.md, habit 5). Here PyTorch's
+// C++ code is the only caller, through virtual calls that may throw c10::Error (PyTorch's own
+// allocator does): failures are thrown as c10::Error, and an allocation that does not fit as
+// c10::OutOfMemoryError, which PyTorch's bindings turn into torch.cuda.OutOfMemoryError. The C
+// entry points at the end (tracepool_torch_install) catch everything.
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "tracepool/tracepool.h"
+
+extern "C" {
+// In libtracepool.so (plugins/torch/torch_plugin.cpp): frees and says what failed on stderr, once.
+void tracepool_torch_free(void* ptr, size_t size, int device, void* stream);
+}
+
+namespace {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+using c10::CachingAllocator::format_size;
+using c10::cuda::MempoolId_t;
+
+tracepool_t* instance() {
+  tracepool_t* tp = tracepool_default();
+  TORCH_CHECK(tp != nullptr, "tracepool: the default instance could not be created: ", tracepool_last_error());
+  return tp;
+}
+
+void check(int rc, const char* what) {
+  TORCH_CHECK(rc == TRACEPOOL_OK, "tracepool: ", what, ": ", tracepool_status_string(rc), ": ", tracepool_last_error());
+}
+
+// The deleter of every DataPtr this allocator makes, and its raw_deleter(): CUDA-graph trees compare
+// the two (torch._C._has_Standard_Deleter).
+void delete_block(void* ptr) { tracepool_torch_free(ptr, 0, 0, nullptr); }
+
+// Note [Pool ids]
+// PyTorch names a private pool by a pair: {n, 0} for the pool a graph makes for itself, {0, n} for
+// torch.cuda.graph_pool_handle() and MemPool (c10/cuda/MemPool.cpp). tracepool's id is one nonzero
+// number: 2n for the first kind, 2n + 1 for the second.
+uint64_t pool_key(MempoolId_t id) {
+  const auto first = static_cast<uint64_t>(id.first), second = static_cast<uint64_t>(id.second);
+  TORCH_CHECK((first == 0) != (second == 0), "tracepool: private pool id (", id.first, ", ", id.second,
+              ") must have exactly one nonzero half");
+  const uint64_t n = first != 0 ? first : second;
+  TORCH_CHECK(n < (uint64_t{1} << 63), "tracepool: private pool id (", id.first, ", ", id.second, ") is too large");
+  return (n << 1) | (first == 0 ? 1 : 0);
+}
+
+// The filter PyTorch gives beginAllocateToPool, behind tracepool's C filter. It may throw (a
+// graph's filter asks CUDA about the stream): an allocation it cannot judge is not routed.
+int run_filter(void* context, void* stream) {
+  try {
+    return (*static_cast<std::function<bool(cudaStream_t)>*>(context))(static_cast<cudaStream_t>(stream)) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+void delete_filter(void* context) { delete static_cast<std::function<bool(cudaStream_t)>*>(context); }
+
+// What getCheckpointState hands CUDA-graph trees: the pool's allocated blocks when it was taken.
+struct pool_checkpoint final : cca::AllocatorState {
+  c10::DeviceIndex device;
+  MempoolId_t pool;
+  std::vector<void*> blocks;
+};
+
+class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator {
+ public:
+  tracepool_allocator()
+      : CUDAPluggableAllocator([](size_t, int, cudaStream_t) -> void* { return nullptr; },
+                               [](void*, size_t, int, cudaStream_t) {}) {}
+
+  // ---- Allocation ------------------------------------------------------------------------------
+  c10::DataPtr allocate(size_t size) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    void* ptr = size == 0 ? nullptr : allocate_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+    return {ptr, ptr, &delete_block, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_block; }
+  void* raw_alloc(size_t nbytes) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    return raw_alloc_with_stream(nbytes, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    return nbytes == 0 ? nullptr : allocate_on(nbytes, c10::cuda::current_device(), stream);
+  }
+  void raw_delete(void* ptr) override { delete_block(ptr); }
+
+  void init(int device_count) override {
+    devices_ = device_count;
+    initialized_ = true;
+  }
+  bool initialized() override { return initialized_; }
+
+  // ---- Cache and limits --------------------------------------------------------------------------
+  void emptyCache(MempoolId_t pool) override {
+    if (pool.first == 0 && pool.second == 0) {
+      check(tracepool_empty_cache(instance(), -1), "empty_cache");
+      return;
+    }
+    const uint64_t key = pool_key(pool);
+    for (int d = 0; d < devices(); ++d) check(tracepool_pool_empty(instance(), d, key), "empty_cache(pool)");
+  }
+  // PyTorch's meaning: the device may hold at most fraction x its total memory (reserved bytes).
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+    TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "invalid fraction:", fraction, ". Please set within [0, 1].");
+    size_t free_bytes = 0, total = 0;
+    check(tracepool_mem_get_info(instance(), device, &free_bytes, &total), "set_per_process_memory_fraction");
+    // 1 lifts the cap (0 means none to tracepool); 0 allows nothing (a cap of one byte).
+    const size_t limit = fraction >= 1.0 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total)) + (fraction == 0.0);
+    check(tracepool_set_limit(instance(), device, limit), "set_per_process_memory_fraction");
+    std::lock_guard<std::mutex> lock(mutex_);
+    fractions_.resize(std::max(fractions_.size(), static_cast<size_t>(device) + 1), 1.0);
+    fractions_[static_cast<size_t>(device)] = fraction;
+  }
+  double getMemoryFraction(c10::DeviceIndex device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<size_t>(device) < fractions_.size() ? fractions_[static_cast<size_t>(device)] : 1.0;
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    size_t free_bytes = 0, total = 0;
+    check(tracepool_mem_get_info(instance(), device, &free_bytes, &total), "mem_get_info");
+    return {free_bytes, total};
+  }
+  // What cuDNN's benchmark mode sizes its workspace by: the device's free memory (tracepool keeps no
+  // per-size index of its cache to add the largest cached block).
+  void cacheInfo(c10::DeviceIndex device, size_t* largest) override {
+    size_t free_bytes = 0, total = 0;
+    check(tracepool_mem_get_info(instance(), device, &free_bytes, &total), "cache_info");
+    if (free_bytes > *largest) *largest = free_bytes;
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    if (ptr.get() == nullptr || ptr.get_deleter() != &delete_block) return;  // not ours: nothing to wait for
+    check(tracepool_record_stream(instance(), ptr.get(), stream.stream()), "record_stream");
+  }
+
+  // ---- Statistics --------------------------------------------------------------------------------
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    tracepool_stats_t s{};
+    s.size = sizeof s;
+    check(tracepool_get_stats(instance(), device, &s), "memory_stats");
+    c10::CachingDeviceAllocator::DeviceStats out;
+    auto put = [](c10::CachingDeviceAllocator::StatArray& to, const tracepool_stat_t& all, const tracepool_stat_t& small,
+                  const tracepool_stat_t& large) {
+      const tracepool_stat_t* from[] = {&all, &small, &large};
+      for (size_t i = 0; i < 3; ++i) {
+        to[i].current = static_cast<int64_t>(from[i]->current);
+        to[i].peak = static_cast<int64_t>(from[i]->peak);
+        to[i].allocated = static_cast<int64_t>(from[i]->allocated);
+        to[i].freed = static_cast<int64_t>(from[i]->freed);
+      }
+    };
+#define TRACEPOOL_PUT_STAT_(name) put(out.name, s.name, s.small_pool.name, s.large_pool.name);
+    TRACEPOOL_STAT_MAP(TRACEPOOL_PUT_STAT_)
+#undef TRACEPOOL_PUT_STAT_
+    out.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
+    out.num_ooms = static_cast<int64_t>(s.num_ooms);
+    out.num_device_alloc = static_cast<int64_t>(s.num_device_alloc);
+    out.num_device_free = static_cast<int64_t>(s.num_device_free);
+    return out;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check(tracepool_reset_accumulated_stats(instance(), device), "reset_accumulated_memory_stats");
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check(tracepool_reset_peak_stats(instance(), device), "reset_peak_memory_stats");
+  }
+
+  // ---- Private pools (Note [Private pools] in core/private_pool.h) -------------------------------
+  void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t pool, std::function<bool(cudaStream_t)> filter) override {
+    auto* context = new std::function<bool(cudaStream_t)>(std::move(filter));
+    const int rc = tracepool_pool_begin(instance(), device, pool_key(pool), &run_filter, context, &delete_filter);
+    if (rc != TRACEPOOL_OK) delete context;
+    check(rc, "beginAllocateToPool");
+  }
+  void endAllocateToPool(c10::DeviceIndex device, MempoolId_t pool) override {
+    check(tracepool_pool_end(instance(), device, pool_key(pool)), "endAllocateToPool");
+  }
+  void releasePool(c10::DeviceIndex device, MempoolId_t pool) override {
+    check(tracepool_pool_release(instance(), device, pool_key(pool)), "releasePool");
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t pool, std::shared_ptr<cca::CUDAAllocator> allocator) override {
+    TORCH_CHECK(allocator == nullptr, "tracepool: a MemPool with an allocator of its own (MemPool(allocator=...)) is "
+                "not supported while tracepool is PyTorch's allocator; MemPool() without one gets its memory from "
+                "tracepool");
+    check(tracepool_pool_retain(instance(), device, pool_key(pool)), "createOrIncrefPool");
+  }
+  int getPoolUseCount(c10::DeviceIndex device, MempoolId_t pool) override {
+    int uses = 0;
+    check(tracepool_pool_use_count(instance(), device, pool_key(pool), &uses), "getPoolUseCount");
+    return uses;
+  }
+  // use_on_oom and no_split change where PyTorch's own allocator looks for memory; tracepool's
+  // pools are exact already (a pool never splits for other pools) and never lend memory on OOM.
+  void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool) override {}
+  void setNoSplit(c10::DeviceIndex, MempoolId_t) override {}
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, MempoolId_t pool,
+                                const std::unordered_set<void*>& expected) override {
+    const std::vector<void*> blocks = pool_blocks(device, pool);
+    if (blocks.size() != expected.size()) return false;
+    for (void* b : blocks)
+      if (expected.count(b) == 0) return false;
+    return true;
+  }
+  std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device, MempoolId_t pool) override {
+    auto state = std::make_shared<pool_checkpoint>();
+    state->device = device;
+    state->pool = pool;
+    state->blocks = pool_blocks(device, pool);
+    return state;
+  }
+  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<cca::AllocatorState>) override {
+    TORCH_CHECK(false, "tracepool does not support setCheckpointPoolState: torch.compile's CUDA-graph trees ask for "
+                "it when they record a new graph while an earlier graph's outputs are still alive (a second "
+                "path through the tree). Use mode=\"reduce-overhead\" on code with one path, or "
+                "torch._inductor.config.triton.cudagraph_trees = False, or PyTorch's own allocator.");
+  }
+
+  // ---- Out of memory -----------------------------------------------------------------------------
+  void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    oom_observers_.push_back(std::move(observer));
+  }
+
+  std::string name() override { return "tracepool"; }
+
+ private:
+  int devices() {
+    if (devices_ > 0) return devices_;
+    int n = 0;
+    check(tracepool_device_count(instance(), &n), "device_count");
+    return n;
+  }
+
+  std::vector<void*> pool_blocks(c10::DeviceIndex device, MempoolId_t pool) {
+    size_t count = 0;
+    const uint64_t key = pool_key(pool);
+    check(tracepool_pool_blocks(instance(), device, key, nullptr, 0, &count), "checkPoolLiveAllocations");
+    std::vector<void*> blocks(count + 16);  // room for blocks made meanwhile
+    check(tracepool_pool_blocks(instance(), device, key, blocks.data(), blocks.size(), &count),
+          "checkPoolLiveAllocations");
+    blocks.resize(std::min(count, blocks.size()));
+    return blocks;
+  }
+
+  void* allocate_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+    tracepool_t* tp = instance();
+    void* ptr = nullptr;
+    const int rc = tracepool_malloc(tp, size, device, stream, &ptr);
+    if (rc == TRACEPOOL_OK) return ptr;
+    const std::string why = tracepool_last_error();
+    TORCH_CHECK_WITH(OutOfMemoryError, size < (uint64_t{1} << 60), "CUDA out of memory. Tried to allocate more than 1EB memory.");
+    if (rc == TRACEPOOL_ERR_OOM || rc == TRACEPOOL_ERR_INVALID_ARGUMENT) out_of_memory(tp, size, device, why);
+    TORCH_CHECK(false, "tracepool: ", tracepool_status_string(rc), ": ", why);
+  }
+
+  // PyTorch's sentence first (tools match on it: "CUDA out of memory. Tried to allocate"), then
+  // tracepool's own lines: the holders, the cache, the largest free block. The observers are told
+  // first, as PyTorch's allocator does, with no lock held.
+  [[noreturn]] void out_of_memory(tracepool_t* tp, size_t size, c10::DeviceIndex device, const std::string& why) {
+    size_t free_bytes = 0, total = 0;
+    (void)tracepool_mem_get_info(tp, device, &free_bytes, &total);
+    tracepool_stats_t s{};
+    s.size = sizeof s;
+    (void)tracepool_get_stats(tp, device, &s);
+    const double fraction = getMemoryFraction(device);
+    const size_t allowed = fraction < 1.0 ? static_cast<size_t>(fraction * static_cast<double>(total)) : total;
+    const size_t segment = segment_size(size);
+    std::vector<cca::OutOfMemoryObserver> observers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      observers = oom_observers_;
+    }
+    for (const auto& observer : observers) observer(device, segment, allowed, free_bytes);
+    const uint64_t allocated = s.allocated_bytes.current, reserved = s.reserved_bytes.current;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(segment), ". GPU ",
+                     static_cast<int>(device), " has a total capacity of ", format_size(total), " of which ",
+                     format_size(free_bytes), " is free. ",
+                     fraction < 1.0 ? format_size(allowed) + " allowed; " : std::string(), "Of the allocated memory ",
+                     format_size(allocated), " is allocated by PyTorch, and ",
+                     format_size(reserved > allocated ? reserved - allocated : 0),
+                     " is reserved by PyTorch but unallocated.\ntracepool: ", why);
+  }
+
+  // The size PyTorch's message names: the segment the request needs (as PyTorch's allocator sizes it).
+  static size_t segment_size(size_t size) {
+    constexpr size_t mib = size_t{1} << 20;
+    if (size <= mib) return 2 * mib;
+    if (size < 10 * mib) return 20 * mib;
+    return (size + 2 * mib - 1) / (2 * mib) * (2 * mib);
+  }
+
+  std::atomic<int> devices_{0};
+  std::mutex mutex_;  // a leaf: guards the two lists below
+  std::vector<double> fractions_;
+  std::vector<cca::OutOfMemoryObserver> oom_observers_;
+};
+
+// This library's frames are the top of every stack it allocates for: as bindings, they are dropped
+// from call sites like libtracepool.so's own frames. Runs when PyTorch loads the library, after
+// libtracepool.so (a dependency) is initialised.
+const int registered_as_bindings = tracepool_add_bindings_module(reinterpret_cast<const void*>(&delete_block));
+
+char install_error[1024];
+
+}  // namespace
+
+extern "C" {
+
+// Makes tracepool PyTorch's CUDA allocator. 0 on success; otherwise -1, and
+// tracepool_torch_install_error() says why (PyTorch's words: "Can't swap an already initialized
+// allocator" when CUDA is initialised already).
+__attribute__((visibility("default"))) int tracepool_torch_install(void) {
+  try {
+    (void)instance();
+    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(std::make_shared<tracepool_allocator>());
+    return 0;
+  } catch (const c10::Error& e) {
+    std::snprintf(install_error, sizeof install_error, "%s", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::snprintf(install_error, sizeof install_error, "%s", e.what());
+  } catch (...) {
+    std::snprintf(install_error, sizeof install_error, "unknown exception");
+  }
+  return -1;
+}
+
+__attribute__((visibility("default"))) const char* tracepool_torch_install_error(void) { return install_error; }
+
+}  // extern "C"

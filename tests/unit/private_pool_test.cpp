@@ -1,0 +1,281 @@
+// Private pools and captures on the host backend (Note [Private pools], Note [Capture] in
+// core/private_pool.h): a capturing stream's allocations come from its pool and nowhere else, frees
+// inside the capture return to it, nothing of it is reused early, it goes back to the device only
+// once released and free, and no call a real capture would refuse is made while one is on (the host
+// backend counts them).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+
+namespace tracepool::core {
+using tracepool::testing::current;
+using tracepool::testing::host_allocator;
+using tracepool::testing::stats_of;
+
+namespace {
+
+constexpr uint64_t graph_pool = 7;
+void* const capture_stream = reinterpret_cast<void*>(0x1000);
+void* const other_stream = reinterpret_cast<void*>(0x2000);
+
+backend::host_ledger ledger_of(allocator& a) {
+  backend::host_ledger l;
+  EXPECT_TRUE(backend::read_host_ledger(a.device_backend(), &l));
+  return l;
+}
+
+std::vector<void*> pool_blocks(allocator& a, uint64_t pool) {
+  std::vector<void*> out;
+  EXPECT_EQ(a.pool_blocks(0, pool, &out), status::ok);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A capture as PyTorch makes one: the route opens, then the stream captures; the capture ends, then
+// the route closes.
+struct capture {
+  allocator& a;
+  uint64_t pool;
+  void* stream;
+  capture(allocator& alloc, uint64_t p, void* s) : a(alloc), pool(p), stream(s) {
+    EXPECT_EQ(a.begin_pool(0, pool, nullptr, stream, nullptr), status::ok) << last_error();
+    EXPECT_EQ(a.device_backend().begin_capture(0, stream), status::ok) << last_error();
+  }
+  ~capture() {
+    EXPECT_EQ(a.device_backend().end_capture(0, stream), status::ok) << last_error();
+    EXPECT_EQ(a.end_pool(0, pool), status::ok) << last_error();
+  }
+};
+
+}  // namespace
+
+TEST(PrivatePools, ACapturingStreamAllocatesFromItsPoolAndNothingElseDoes) {
+  auto a = host_allocator();
+  void *in_graph = nullptr, *outside = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(4096, 0, capture_stream, &in_graph), status::ok) << last_error();
+    ASSERT_EQ(a->malloc(4096, 0, other_stream, &outside), status::ok) << last_error();
+  }
+  EXPECT_EQ(pool_blocks(*a, graph_pool), std::vector<void*>{in_graph});
+  // Each got a segment of its own: the two do not share memory.
+  int uses = 0;
+  ASSERT_EQ(a->pool_use_count(0, graph_pool, &uses), status::ok);
+  EXPECT_EQ(uses, 1) << "begin_pool adds a use; end_pool does not drop it";
+  EXPECT_EQ(current(stats_of(*a), stat_kind::segment), 2);
+  EXPECT_EQ(ledger_of(*a).capture_violations, 0u) << ledger_of(*a).last_violation;
+  EXPECT_EQ(a->free(in_graph), status::ok);
+  EXPECT_EQ(a->free(outside), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+}
+
+TEST(PrivatePools, AFreeInsideTheCaptureReturnsToThePoolAndOnlyThePoolReusesIt) {
+  auto a = host_allocator();
+  void *first = nullptr, *again = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(1 << 20, 0, capture_stream, &first), status::ok);
+    ASSERT_EQ(a->free(first), status::ok);  // inside the capture: the graph still uses it at replay
+    ASSERT_EQ(a->malloc(1 << 20, 0, capture_stream, &again), status::ok);
+    EXPECT_EQ(again, first) << "the capture reuses its own freed block, in stream order";
+    ASSERT_EQ(a->free(again), status::ok);
+  }
+  // The capture is over, its pool keeps the memory: neither another stream nor the capture stream
+  // outside a route may be handed it, not even once the pool's segments are entirely free.
+  for (void* stream : {other_stream, capture_stream}) {
+    void* p = nullptr;
+    ASSERT_EQ(a->malloc(1 << 20, 0, stream, &p), status::ok);
+    EXPECT_NE(p, first);
+    ASSERT_EQ(a->free(p), status::ok);
+  }
+  EXPECT_EQ(a->empty_cache(-1), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 << 20)
+      << "empty_cache keeps a retained pool's segment (a graph replays into it)";
+  // A second capture into the same pool (PyTorch's shared pools) gets it back.
+  void* shared = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(1 << 20, 0, capture_stream, &shared), status::ok);
+  }
+  EXPECT_EQ(shared, first);
+  EXPECT_EQ(a->free(shared), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);  // the second begin's use
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0) << "released and free: back to the device";
+  EXPECT_EQ(ledger_of(*a).capture_violations, 0u) << ledger_of(*a).last_violation;
+}
+
+TEST(PrivatePools, ARetiredPoolGivesItsMemoryBackAsItsLastBlocksAreFreed) {
+  auto a = host_allocator();
+  void *kept = nullptr, *dropped = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(3 << 20, 0, capture_stream, &kept), status::ok);     // a static output
+    ASSERT_EQ(a->malloc(30 << 20, 0, capture_stream, &dropped), status::ok);  // freed in the capture
+    ASSERT_EQ(a->free(dropped), status::ok);
+  }
+  const auto reserved = current(stats_of(*a), stat_kind::reserved_bytes);
+  ASSERT_EQ(a->release_pool(0, graph_pool), status::ok);  // the graph is gone; its output lives on
+  int uses = -1;
+  ASSERT_EQ(a->pool_use_count(0, graph_pool, &uses), status::ok);
+  EXPECT_EQ(uses, 0);
+  EXPECT_LT(current(stats_of(*a), stat_kind::reserved_bytes), reserved) << "the free segment went back";
+  EXPECT_GT(current(stats_of(*a), stat_kind::reserved_bytes), 0) << "the live block's segment stays";
+  EXPECT_EQ(pool_blocks(*a, graph_pool), std::vector<void*>{kept});
+  ASSERT_EQ(a->free(kept), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::invalid_argument) << "released twice";
+  EXPECT_NE(std::string(last_error()).find("no private pool"), std::string::npos) << last_error();
+}
+
+TEST(PrivatePools, NothingACaptureWouldRefuseIsCalledWhileOneIsOn) {
+  auto a = host_allocator("host_capacity:64MiB");
+  // Before the capture: cached memory on another stream, frees that fence, a record_stream block.
+  void *cached = nullptr, *shared = nullptr, *late = nullptr;
+  ASSERT_EQ(a->malloc(24 << 20, 0, other_stream, &cached), status::ok);
+  ASSERT_EQ(a->free(cached), status::ok);
+  ASSERT_EQ(a->malloc(4096, 0, other_stream, &shared), status::ok);
+  ASSERT_EQ(a->malloc(4096, 0, other_stream, &late), status::ok);
+  ASSERT_EQ(a->record_stream(late, capture_stream), status::ok);
+  {
+    capture c(*a, graph_pool, capture_stream);
+    void* p = nullptr;
+    ASSERT_EQ(a->malloc(8 << 20, 0, capture_stream, &p), status::ok) << last_error();
+    ASSERT_EQ(a->record_stream(shared, capture_stream), status::ok);
+    ASSERT_EQ(a->free(shared), status::ok);  // would record events: deferred, block pending
+    for (int i = 0; i < 200; ++i) {          // frees that would fence and poll on another thread's stream
+      void* q = nullptr;
+      ASSERT_EQ(a->malloc(512, 0, other_stream, &q), status::ok);
+      ASSERT_EQ(a->free(q), status::ok);
+    }
+    EXPECT_EQ(a->empty_cache(-1), status::ok);  // keeps everything during the capture
+    EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), (24 << 20) + (2 << 20) + (20 << 20));
+    // Beyond the device: fails without giving the cache back (cuMemFree would break the capture).
+    void* big = nullptr;
+    EXPECT_EQ(a->malloc(40 << 20, 0, capture_stream, &big), status::out_of_memory);
+    EXPECT_EQ(big, nullptr);
+    EXPECT_EQ(ledger_of(*a).capture_violations, 0u) << ledger_of(*a).last_violation;
+    EXPECT_GT(ledger_of(*a).allocations_during_capture, 0u);
+    ASSERT_EQ(a->free(p), status::ok);
+  }
+  // After it, the deferred work is done: the pending block's event is recorded and completes, the
+  // cache goes back, and the request that failed fits.
+  ASSERT_EQ(a->free(late), status::ok);
+  void* big = nullptr;
+  ASSERT_EQ(a->malloc(40 << 20, 0, capture_stream, &big), status::ok) << last_error();
+  ASSERT_EQ(a->free(big), status::ok);
+  const auto s = stats_of(*a);
+  EXPECT_EQ(current(s, stat_kind::active), 0) << "no block stayed pending";
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+}
+
+TEST(PrivatePools, AReleaseDuringAnotherCaptureWaitsForTheNextEmptyCache) {
+  auto a = host_allocator();
+  void* p = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(4096, 0, capture_stream, &p), status::ok);
+    ASSERT_EQ(a->free(p), status::ok);
+  }
+  {
+    capture c(*a, graph_pool + 1, other_stream);
+    ASSERT_EQ(a->release_pool(0, graph_pool), status::ok);
+    EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 << 20) << "nothing given back during a capture";
+    EXPECT_EQ(ledger_of(*a).capture_violations, 0u) << ledger_of(*a).last_violation;
+  }
+  ASSERT_EQ(a->empty_cache(-1), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+  EXPECT_EQ(a->release_pool(0, graph_pool + 1), status::ok);
+}
+
+namespace {
+struct thread_filter {
+  std::thread::id owner;
+  std::atomic<int>* released;
+};
+int same_thread(void* context, void*) { return static_cast<thread_filter*>(context)->owner == std::this_thread::get_id(); }
+void release_filter(void* context) {
+  auto* f = static_cast<thread_filter*>(context);
+  f->released->fetch_add(1);
+  delete f;
+}
+}  // namespace
+
+// PyTorch's use_mem_pool routes by thread: the filter decides, whatever the stream; threads outside
+// it allocate as before, concurrently, and never get the pool's memory.
+TEST(PrivatePools, AFilterRoutesOneThreadWhileOthersAllocateBesideIt) {
+  auto a = host_allocator();
+  std::atomic<int> released{0};
+  const uint64_t scoped = 42;
+  ASSERT_EQ(a->retain_pool(0, scoped), status::ok);  // the MemPool object's own use
+  ASSERT_EQ(a->begin_pool(0, scoped, same_thread, new thread_filter{std::this_thread::get_id(), &released},
+                          release_filter),
+            status::ok);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> others;
+  std::vector<std::vector<void*>> seen(2);
+  for (int t = 0; t < 2; ++t)
+    others.emplace_back([&, t] {
+      void* stream = reinterpret_cast<void*>(0x3000 + 0x1000 * t);
+      while (!stop.load()) {
+        void* q = nullptr;
+        if (a->malloc(4096, 0, stream, &q) != status::ok) return;
+        seen[static_cast<size_t>(t)].push_back(q);
+        if (seen[static_cast<size_t>(t)].size() > 64) {
+          for (void* x : seen[static_cast<size_t>(t)]) (void)a->free(x);
+          seen[static_cast<size_t>(t)].clear();
+        }
+      }
+    });
+  std::vector<void*> mine;
+  for (int i = 0; i < 200; ++i) {
+    void* q = nullptr;
+    ASSERT_EQ(a->malloc(4096, 0, other_stream, &q), status::ok);
+    mine.push_back(q);
+  }
+  stop.store(true);
+  for (auto& t : others) t.join();
+  ASSERT_EQ(a->end_pool(0, scoped), status::ok);
+  EXPECT_EQ(released.load(), 1) << "the route's context is released when it closes";
+  std::sort(mine.begin(), mine.end());
+  EXPECT_EQ(pool_blocks(*a, scoped), mine);
+  std::set<void*> private_addresses(mine.begin(), mine.end());
+  for (auto& s : seen)
+    for (void* x : s) {
+      EXPECT_EQ(private_addresses.count(x), 0u);
+      EXPECT_EQ(a->free(x), status::ok);
+    }
+  for (void* x : mine) EXPECT_EQ(a->free(x), status::ok);
+  int uses = 0;
+  ASSERT_EQ(a->pool_use_count(0, scoped, &uses), status::ok);
+  EXPECT_EQ(uses, 2);
+  EXPECT_EQ(a->release_pool(0, scoped), status::ok);  // use_mem_pool's exit
+  ASSERT_EQ(a->empty_cache(-1), status::ok);           // the other threads' cache goes, the pool's stays
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 << 20);
+  EXPECT_EQ(a->empty_pool(0, scoped), status::ok);  // the MemPool's empty_cache: its free memory goes
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+  EXPECT_EQ(a->release_pool(0, scoped), status::ok);  // the MemPool object dies
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+}
+
+TEST(PrivatePools, BadCallsAreErrors) {
+  auto a = host_allocator();
+  EXPECT_EQ(a->retain_pool(0, 0), status::invalid_argument);
+  EXPECT_EQ(a->begin_pool(3, graph_pool, nullptr, nullptr, nullptr), status::invalid_device);
+  EXPECT_EQ(a->release_pool(0, 99), status::invalid_argument);
+  EXPECT_EQ(a->end_pool(0, 99), status::ok) << "ending a route that is not open (a failed capture) is harmless";
+  int uses = -1;
+  EXPECT_EQ(a->pool_use_count(0, 99, &uses), status::ok);
+  EXPECT_EQ(uses, 0);
+  EXPECT_EQ(a->pool_use_count(0, 99, nullptr), status::invalid_argument);
+}
+
+}  // namespace tracepool::core
