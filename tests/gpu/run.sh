@@ -7,8 +7,9 @@
 # handed out while a stream may still use it), both again under compute-sanitizer memcheck (with
 # --leak-check full) and the stress suite under racecheck, the host unit tests, the C++ benchmarks (the
 # allocator's, and what call-site capture costs), the PyTorch checks and benchmarks
-# (tests/gpu/torch_check.py, one process per allocator and round) and the seed scenarios
-# (tests/gpu/torch_seeds.py, one process each, all at once), and prints a summary table last (also
+# (tests/gpu/torch_check.py, one process per allocator and round), the seed scenarios
+# (tests/gpu/torch_seeds.py, one process each, all at once), the capture probe and the CUDA-graph checks
+# and benchmarks (tests/gpu/capture_probe.cu, tests/gpu/graph_check.py), and prints a summary table last (also
 # OUTDIR/summary.md). Every step is bounded by `timeout` and by an overall budget
 # (TRACEPOOL_GPU_BUDGET_S, default 520 s) so the run ends well inside 9 minutes; a step that cannot run
 # becomes a FAIL or SKIP row, never a silent stop. Exit status 1 if any row is FAIL; rows marked
@@ -262,6 +263,21 @@ fi
 TRACEPOOL_CONF=backend:host gtest_step "unit tests (host backend)" "$BUILD/tests/tracepool_unit_tests" \
   "$OUT/unit.log" 0
 
+# The capture probe: which driver calls break a CUDA graph capture (Note [Capture-safe calls] in
+# core/backend/cuda_backend.cpp). Its table goes to conformance.log; the row counts what broke.
+PROBE=$BUILD/tests/gpu/tracepool_capture_probe
+if [[ ! -x $PROBE ]]; then
+  row FAIL "capture probe" "missing: $PROBE"
+else
+  timeout -k 5 60 "$PROBE" >"$WORK/probe.log" 2>&1
+  rc=$?
+  append_log "capture probe" "$WORK/probe.log"
+  broken=$(grep -c 'BROKEN' "$WORK/probe.log")
+  relaxed=$(grep -E '^cuMemAlloc \(relaxed\) +global +same' "$WORK/probe.log" | awk '{print $NF}')
+  if ((rc != 0)); then row FAIL "capture probe" "exit $rc, see conformance.log"
+  else row info "capture probe" "$broken of $(grep -cE 'survived|BROKEN' "$WORK/probe.log") call/mode/thread cases broke the capture; cuMemAlloc in relaxed mode, global capture: ${relaxed:-?} (table in conformance.log)"; fi
+fi
+
 wait_for_package  # nothing timed runs beside the build
 
 # ---- 4. C++ benchmark -----------------------------------------------------------------------------
@@ -435,7 +451,7 @@ done
 # Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;
 # inference: ResNet-18 at batch 1; the ResNet-50 and GPT-2 training steps). native also times each
 # under PyTorch's own history (stacks python, then all). tracepool is untagged (capture:off), tp_python
-# records Python call sites, tp_all Python and native frames. Three rounds, the second in reverse order
+# records Python call sites, tp_all Python and native frames. Two rounds, the second in reverse order
 # (a round takes about 105 s here; a round the budget cannot fit is skipped process by process); the
 # report keeps each one's best round, so one slow process does not decide a ratio. After the first the
 # reference plugins run once: the minimal plugin, and tracepool (untagged) with its own time measured.
@@ -452,7 +468,30 @@ bench_round() {
 bench_round 1 native tracepool tp_python tp_history tp_all
 for a in minimal timed; do NEED=40 torch_step "bench.$a" 1 gpt2_step,resnet_step "$a"; done
 bench_round 2 tp_all tp_history tp_python tracepool native
-bench_round 3 native tracepool tp_python tp_history tp_all
+
+# ---- 5b. CUDA graphs, reduce-overhead, MemPool, OOM observers (tests/gpu/graph_check.py) ------------
+# One process per allocator: round 1 runs every check and the graph benchmarks, round 2 (reverse
+# order) the benchmarks again; graph_check.py compare gives the rows. torch.compile's kernels are
+# cached on disk after the first process, so later compiles are quick.
+graph_step() {
+  local name=$1 t rc
+  shift
+  t=$(budget 120 40)
+  printf '\n==== graph_check.py %s (limit %s s, %s) ====\n' "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
+  timeout -k 5 "$t" "$PY" tests/gpu/graph_check.py run "$@" --out "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
+  rc=$?
+  echo "==== exit status $rc" >>"$OUT/torch.log"
+  [[ -f $WORK/graph.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
+    "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
+}
+graph_step native.1 --allocator native --bench
+graph_step tracepool.1 --allocator tracepool --bench
+graph_step tracepool.2 --allocator tracepool --checks "" --bench
+graph_step native.2 --allocator native --checks "" --bench
+while IFS= read -r line; do ROWS+=("$line"); done < <(
+  python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.{1,2}.json -- "$WORK"/graph.tracepool.{1,2}.json 2>&1 \
+    | grep -E '^[A-Za-z]+\|' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
 
 while IFS= read -r line; do ROWS+=("$line"); done < <(
   { python3 tests/gpu/torch_check.py report "$WORK" || echo "FAIL|torch report|torch_check.py report failed"; } 2>&1 \
