@@ -3,18 +3,20 @@
 // cuGetProcAddress, so the library loads on machines without a GPU and says why at first use.
 //
 // Note [Capture-safe calls]
-// While a stream captures a CUDA graph in global mode (PyTorch's default; thread-local mode is the
-// same for the capturing thread), a "potentially unsafe" call from any thread invalidates the
-// capture, and PyTorch's own state (its RNG) stays broken afterwards. tests/gpu/capture_probe.cpp
-// tries each driver call tracepool makes during a capture on an H200 (driver 580, CUDA 13.0); what
-// it saw, with the thread's mode as the capture left it, from the capturing thread and another one:
-//   cuMemAlloc       invalidates, in relaxed mode allowed (PyTorch's own allocator relaxes too)
-//   cuMemFree        invalidates, relaxed mode or not
-//   cuEventQuery, cuEventSynchronize   invalidate (events recorded outside the capture too)
-//   cuEventRecord    on the capturing stream: becomes part of the graph, never completes as an event
-//   cuMemGetInfo, cuEventRecord on another stream, cuCtxGetCurrent/SetCurrent: allowed
-// So tracepool makes cuMemAlloc in relaxed mode, and while a private pool's route is open makes
-// none of the others (Note [Capture] in core/private_pool.h).
+// While a stream captures a CUDA graph, a "potentially unsafe" driver call invalidates the capture,
+// and PyTorch's own state (its RNG) stays broken afterwards. tests/gpu/capture_probe.cu makes each
+// call tracepool makes during a capture and sees whether the capture survives. On the H200 (driver
+// 580.159, CUDA 13.0; 2026-11-23), in the capture's mode as the calling thread sees it:
+//   - cuMemAlloc, cuMemFree, cuEventQuery, cuEventSynchronize, cuStreamQuery fail with
+//     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture: from any thread when it
+//     captures in global mode (PyTorch's default for torch.cuda.graph), from the capturing thread in
+//     thread_local mode (torch.compile's CUDA-graph trees), never in relaxed mode;
+//   - with the calling thread switched to relaxed mode (cuThreadExchangeStreamCaptureMode),
+//     cuMemAlloc and cuMemFree succeed and the capture survives;
+//   - cuEventRecord (on any stream, the capturing one included) and cuMemGetInfo are always allowed;
+//     an event recorded on the capturing stream becomes part of the graph, so it must not be waited on.
+// So tracepool makes cuMemAlloc in relaxed mode (as PyTorch's own allocator does), and while a
+// private pool's route is open makes none of the others (Note [Capture] in core/private_pool.h).
 //
 // Note [Primary context]: every device is used through its primary context, the one PyTorch,
 // CuPy and the runtime API share. It is retained once, lazily, and never released: the host
