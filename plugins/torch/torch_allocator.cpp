@@ -57,6 +57,13 @@ void check(int rc, const char* what) {
   TORCH_CHECK(rc == TRACEPOOL_OK, "tracepool: ", what, ": ", tracepool_status_string(rc), ": ", tracepool_last_error());
 }
 
+// For the calls PyTorch makes from destructors (~CUDAGraph, ~MemPool), where a throw would end the
+// process: a failure is told on stderr instead.
+void tell(int rc, const char* what) {
+  if (rc != TRACEPOOL_OK)
+    std::fprintf(stderr, "tracepool: %s: %s: %s\n", what, tracepool_status_string(rc), tracepool_last_error());
+}
+
 // The deleter of every DataPtr this allocator makes, and its raw_deleter(): CUDA-graph trees compare
 // the two (torch._C._has_Standard_Deleter).
 void delete_block(void* ptr) { tracepool_torch_free(ptr, 0, 0, nullptr); }
@@ -72,6 +79,15 @@ uint64_t pool_key(MempoolId_t id) {
   const uint64_t n = first != 0 ? first : second;
   TORCH_CHECK(n < (uint64_t{1} << 63), "tracepool: private pool id (", id.first, ", ", id.second, ") is too large");
   return (n << 1) | (first == 0 ? 1 : 0);
+}
+
+// pool_key, or 0 (which every pool call refuses, saying why) where the id is not one.
+uint64_t key_or_zero(MempoolId_t id) noexcept {
+  try {
+    return pool_key(id);
+  } catch (...) {
+    return 0;
+  }
 }
 
 // The filter PyTorch gives beginAllocateToPool, behind tracepool's C filter. It may throw (a
@@ -121,13 +137,14 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   bool initialized() override { return initialized_; }
 
   // ---- Cache and limits --------------------------------------------------------------------------
-  void emptyCache(MempoolId_t pool) override {
-    if (pool.first == 0 && pool.second == 0) {
-      check(tracepool_empty_cache(instance(), -1), "empty_cache");
-      return;
-    }
-    const uint64_t key = pool_key(pool);
-    for (int d = 0; d < devices(); ++d) check(tracepool_pool_empty(instance(), d, key), "empty_cache(pool)");
+  // Also called by ~MemPool: never throws.
+  void emptyCache(MempoolId_t pool) noexcept override {
+    tracepool_t* tp = tracepool_default();
+    if (tp == nullptr) return;
+    if (pool.first == 0 && pool.second == 0) return tell(tracepool_empty_cache(tp, -1), "empty_cache");
+    int n = 0;
+    tell(tracepool_device_count(tp, &n), "empty_cache(pool)");
+    for (int d = 0; d < n; ++d) tell(tracepool_pool_empty(tp, d, key_or_zero(pool)), "empty_cache(pool)");
   }
   // PyTorch's meaning: the device may hold at most fraction x its total memory (reserved bytes).
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
@@ -201,11 +218,12 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     if (rc != TRACEPOOL_OK) delete context;
     check(rc, "beginAllocateToPool");
   }
-  void endAllocateToPool(c10::DeviceIndex device, MempoolId_t pool) override {
-    check(tracepool_pool_end(instance(), device, pool_key(pool)), "endAllocateToPool");
+  // Both also run from destructors (~CUDAGraph via reset, ~MemPool): never throw.
+  void endAllocateToPool(c10::DeviceIndex device, MempoolId_t pool) noexcept override {
+    if (tracepool_t* tp = tracepool_default()) tell(tracepool_pool_end(tp, device, key_or_zero(pool)), "endAllocateToPool");
   }
-  void releasePool(c10::DeviceIndex device, MempoolId_t pool) override {
-    check(tracepool_pool_release(instance(), device, pool_key(pool)), "releasePool");
+  void releasePool(c10::DeviceIndex device, MempoolId_t pool) noexcept override {
+    if (tracepool_t* tp = tracepool_default()) tell(tracepool_pool_release(tp, device, key_or_zero(pool)), "releasePool");
   }
   void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t pool, std::shared_ptr<cca::CUDAAllocator> allocator) override {
     TORCH_CHECK(allocator == nullptr, "tracepool: a MemPool with an allocator of its own (MemPool(allocator=...)) is "

@@ -171,6 +171,43 @@ TEST_F(CApi, LimitAndMemInfo) {
   ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
 }
 
+// Private pools through the C ABI: a stream route, the blocks it routed, the use count, and every
+// bad call answered with a status and a message.
+TEST_F(CApi, PrivatePoolRoundTripAndBadCalls) {
+  void* const stream = reinterpret_cast<void*>(0x100);
+  ASSERT_EQ(tracepool_pool_begin(tp, 0, 5, nullptr, stream, nullptr), TRACEPOOL_OK) << error();
+  void *routed = nullptr, *plain = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, stream, &routed), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &plain), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_pool_end(tp, 0, 5), TRACEPOOL_OK);
+  size_t count = 0;
+  ASSERT_EQ(tracepool_pool_blocks(tp, 0, 5, nullptr, 0, &count), TRACEPOOL_OK);
+  EXPECT_EQ(count, 1u);
+  void* blocks[4] = {};
+  ASSERT_EQ(tracepool_pool_blocks(tp, 0, 5, blocks, 4, &count), TRACEPOOL_OK);
+  EXPECT_EQ(blocks[0], routed);
+  int uses = 0;
+  ASSERT_EQ(tracepool_pool_use_count(tp, 0, 5, &uses), TRACEPOOL_OK);
+  EXPECT_EQ(uses, 1);
+  ASSERT_EQ(tracepool_pool_retain(tp, 0, 5), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_pool_release(tp, 0, 5), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_pool_release(tp, 0, 5), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_pool_release(tp, 0, 5), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(error().find("no private pool"), std::string::npos) << error();
+  EXPECT_EQ(tracepool_free(tp, routed, nullptr), TRACEPOOL_OK) << "a block outlives its retired pool";
+  EXPECT_EQ(tracepool_free(tp, plain, nullptr), TRACEPOOL_OK);
+
+  EXPECT_EQ(tracepool_pool_begin(nullptr, 0, 5, nullptr, stream, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_pool_begin(tp, 0, 0, nullptr, stream, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_pool_retain(tp, 7, 5), TRACEPOOL_ERR_INVALID_DEVICE);
+  EXPECT_EQ(tracepool_pool_blocks(tp, 0, 5, nullptr, 3, &count), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_pool_blocks(tp, 0, 5, blocks, 4, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_pool_use_count(tp, 0, 5, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_pool_empty(tp, -2, 5), TRACEPOOL_ERR_INVALID_DEVICE);
+  EXPECT_EQ(tracepool_pool_end(nullptr, 0, 5), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_validate(tp), TRACEPOOL_OK) << error();
+}
+
 TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
   tracepool_t* a = tracepool_default();
   ASSERT_NE(a, nullptr) << tracepool_last_error();
