@@ -376,6 +376,13 @@ int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out
   });
 }
 
+int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label) {
+  return guarded("tracepool_pool_label", [&] {
+    if (tp == nullptr) return null_handle("tracepool_pool_label");
+    return tp->impl->label_pool(device, pool, label);
+  });
+}
+
 int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out) {
   return guarded("tracepool_get_stats", [&] {
     if (tp == nullptr) return null_handle("tracepool_get_stats");

@@ -294,9 +294,15 @@ status allocator::pool_blocks(int device, uint64_t pool, std::vector<void*>* out
   return status::ok;
 }
 
-status allocator::pool_sites(int device, std::vector<std::pair<uint64_t, uint32_t>>* out) {
+status allocator::label_pool(int device, uint64_t pool, const char* label) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  if (status s = check_label("pool_label", label); s != status::ok) return s;
+  return devices_[static_cast<size_t>(device)]->label_pool(pool, label);
+}
+
+status allocator::retained_pools(int device, std::vector<private_pool_info>* out) {
   if (status s = check_device(device); s != status::ok) return s;
-  *out = devices_[static_cast<size_t>(device)]->pool_sites();
+  *out = devices_[static_cast<size_t>(device)]->retained_pools();
   return status::ok;
 }
 

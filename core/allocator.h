@@ -71,8 +71,11 @@ class allocator final : public fork_participant {
   status empty_pool(int device, uint64_t pool);
   // Addresses of the pool's allocated blocks.
   status pool_blocks(int device, uint64_t pool, std::vector<void*>* out);
-  // Every retained private pool of the device with the site that created it, for reports.
-  status pool_sites(int device, std::vector<std::pair<uint64_t, uint32_t>>* out);
+  // Names the pool's kind in reports ("CUDA graph"); the label is checked as tags' are (check_label)
+  // and copied. invalid_argument if the pool is not retained.
+  status label_pool(int device, uint64_t pool, const char* label);
+  // Every retained private pool of the device (its site and label), for reports.
+  status retained_pools(int device, std::vector<private_pool_info>* out);
 
   // A named point in time, told to every observer (the tracer keeps it for reports).
   status mark(const char* label);

@@ -108,10 +108,23 @@ void device_cache::pool_blocks(uint64_t pool, std::vector<void*>* out) {
   }
 }
 
-std::vector<std::pair<uint64_t, uint32_t>> device_cache::pool_sites() {
+// The label is copied by the caller, so that nothing is allocated under the device lock.
+status device_cache::label_pool(uint64_t pool, std::string label) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::pair<uint64_t, uint32_t>> out;
-  for (const auto& [id, p] : private_) out.emplace_back(id, p.site);
+  auto it = private_.find(pool);
+  if (it == private_.end())
+    return fail(status::invalid_argument,
+                "pool_label: device %d has no private pool %llu (released, or never retained)", device_,
+                static_cast<unsigned long long>(pool));
+  it->second.label.swap(label);
+  return status::ok;
+}
+
+std::vector<private_pool_info> device_cache::retained_pools() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<private_pool_info> out;
+  out.reserve(private_.size());
+  for (const auto& [id, p] : private_) out.push_back(private_pool_info{id, p.site, p.label});
   return out;
 }
 

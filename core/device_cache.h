@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -21,6 +22,13 @@
 #include "stream_pool.h"
 
 namespace tracepool::core {
+
+// A private pool still retained, as reports name it (Note [Private pools]).
+struct private_pool_info {
+  uint64_t pool = 0;
+  uint32_t site = 0;  // the call that created it
+  std::string label;  // its kind ("CUDA graph", "torch.cuda.MemPool"); "" until label_pool names it
+};
 
 class device_cache {
  public:
@@ -48,8 +56,11 @@ class device_cache {
   status empty_pool(uint64_t pool);
   // The addresses of `pool`'s allocated blocks.
   void pool_blocks(uint64_t pool, std::vector<void*>* out);
-  // The site that created each private pool still retained, by pool.
-  std::vector<std::pair<uint64_t, uint32_t>> pool_sites();
+  // Names the kind of a retained pool in reports; invalid_argument if `pool` is not retained.
+  status label_pool(uint64_t pool, std::string label);
+  // Every private pool still retained, by id. A block whose pool is not among them is ordinary
+  // memory: its pool retired (or it is the default pool's).
+  std::vector<private_pool_info> retained_pools();
 
   // pre: 0 < size <= max_request.
   status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
@@ -91,6 +102,7 @@ class device_cache {
   struct private_pool {
     int uses = 0;
     uint32_t site = 0;  // the call that created it
+    std::string label;  // label_pool's; "" if none
   };
 
   backend::backend& backend_;

@@ -83,6 +83,7 @@ class json_out {
   }
   void value(const std::string& s) { comma(), string(s); }
   void value(int64_t n) { comma(), number(n); }
+  void value(uint64_t n) { comma(), unsigned_number(n); }
   void value(bool b) { comma(), text += b ? "true" : "false"; }
   void null() { comma(), text += "null"; }
   void value_or_null(const std::string& s) { s.empty() ? null() : value(s); }

@@ -1,6 +1,6 @@
 // report.cpp: build_report, the pipeline every report runs: collect (held_memory.h), describe
 // (site_describer.h), then group: call sites as a reader tells them apart, retained blocks by mark,
-// cached memory by its last holder.
+// cached memory by its last holder, and each retained private pool apart from all three.
 #include "report/report.h"
 
 #include <algorithm>
@@ -24,9 +24,27 @@ struct live_tally {
   int64_t blocks = 0;  // x block_unit
   double block_bytes = 0;
   std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;  // birth -> (bytes, blocks x block_unit)
+
+  // With sampling on, a sampled block stands for 1/P(sampled) blocks of its size.
+  void add(const tracer& t, const block_record& b) {
+    const int64_t weighted = t.weighted_bytes(b.requested), count = t.weighted_blocks(b.requested);
+    bytes += weighted;
+    blocks += count;
+    block_bytes += static_cast<double>(b.size) * t.weight(b.requested);
+    auto& born = by_birth[b.birth];
+    born.first += weighted;
+    born.second += count;
+  }
 };
 
 int64_t whole_blocks(int64_t fixed) { return (fixed + block_unit / 2) / block_unit; }
+
+// Largest first; ties by blocks, then by site id, so that a report does not depend on hash order.
+constexpr auto by_bytes = [](const auto& x, const auto& y) {
+  if (x.bytes != y.bytes) return x.bytes > y.bytes;
+  if (x.blocks != y.blocks) return x.blocks > y.blocks;
+  return x.site < y.site;
+};
 
 // What a reader tells call sites apart by: tags, then each frame's function, file, line and module
 // (the address where nothing is known), the interpreter's own frames left out.
@@ -64,6 +82,110 @@ bool group_growing(const std::vector<site_trend>& trends, const std::vector<int6
   return trend_is_growing(all);
 }
 
+// Retained private pools (Note [Private pools]), each a group of its own: its segments, the free
+// memory inside them, its live blocks and their sites. Read while the blocks are walked, so that a
+// pool's blocks are counted here and nowhere else.
+class pool_groups {
+ public:
+  explicit pool_groups(const tracer& t) : tracer_(t) {}
+
+  // The device whose blocks add() is given next.
+  void start_device(const device_blocks& dev) {
+    of_device_.clear();
+    for (const private_pool_info& info : dev.pools) {
+      of_device_[info.pool] = pools_.size();
+      pools_.emplace_back();
+      pool_summary& s = pools_.back().summary;
+      s.device = dev.device;
+      s.pool = info.pool;
+      s.label = info.label.empty() ? unlabelled_pool : info.label;
+      s.site = info.site;
+    }
+  }
+
+  // Counts the block if a retained pool holds it; false if it is ordinary memory.
+  bool add(const block_record& b) {
+    if (b.pool == 0) return false;
+    const auto it = of_device_.find(b.pool);
+    if (it == of_device_.end()) return false;  // its pool retired: ordinary memory again
+    tally& p = pools_[it->second];
+    p.summary.reserved_bytes += static_cast<int64_t>(b.size);
+    if (b.pending) return true;  // freed, waiting for record_stream streams: neither live nor free
+    if (!b.live) {
+      p.summary.cached_bytes += static_cast<int64_t>(b.size);
+      return true;
+    }
+    p.summary.bytes += static_cast<int64_t>(b.requested);
+    p.summary.blocks += 1;
+    p.summary.block_bytes += static_cast<int64_t>(b.size);
+    // Sampling on: a block not sampled (site 0) is represented by the weights of those that were.
+    if (b.site != 0 || tracer_.sample_bytes() == 0) p.live[b.site].add(tracer_, b);
+    return true;
+  }
+
+  void want(site_describer& describer) const {
+    for (const tally& p : pools_) {
+      describer.want(p.summary.site);
+      for (const auto& [site, l] : p.live) describer.want(site);
+    }
+  }
+
+  // Every pool described, reserved bytes descending.
+  std::vector<pool_summary> summaries(site_describer& describer) {
+    std::vector<pool_summary> out;
+    for (tally& p : pools_) {
+      std::vector<std::string> tags;  // a pool is named by where it was made; its tags say nothing
+      describer.describe(p.summary.site, &tags, &p.summary.frames);
+      p.summary.sites = top_sites(p.live, describer);
+      out.push_back(std::move(p.summary));
+    }
+    std::sort(out.begin(), out.end(), [](const pool_summary& x, const pool_summary& y) {
+      if (x.reserved_bytes != y.reserved_bytes) return x.reserved_bytes > y.reserved_bytes;
+      return x.device != y.device ? x.device < y.device : x.pool < y.pool;
+    });
+    return out;
+  }
+
+ private:
+  struct tally {
+    pool_summary summary;
+    std::unordered_map<uint32_t, live_tally> live;  // by site
+  };
+
+  // The sites of a pool's live blocks, merged as a reader tells them apart (site_key, by frames
+  // alone), the largest pool_sites_kept of them.
+  static std::vector<pool_site_summary> top_sites(const std::unordered_map<uint32_t, live_tally>& live,
+                                                  site_describer& describer) {
+    std::vector<uint32_t> ids;
+    for (const auto& [site, l] : live) ids.push_back(site);
+    std::sort(ids.begin(), ids.end());  // merged entries take the smallest site id
+    std::vector<pool_site_summary> out;
+    std::vector<int64_t> blocks_fixed;
+    std::unordered_map<std::string, size_t> group_of;
+    for (uint32_t site : ids) {
+      pool_site_summary s;
+      s.site = site;
+      std::vector<std::string> tags;
+      describer.describe(site, &tags, &s.frames);
+      auto [it, is_new] = group_of.emplace(site_key({}, s.frames), out.size());
+      if (is_new) {
+        out.push_back(std::move(s));
+        blocks_fixed.push_back(0);
+      }
+      out[it->second].bytes += live.at(site).bytes;
+      blocks_fixed[it->second] += live.at(site).blocks;
+    }
+    for (size_t i = 0; i < out.size(); ++i) out[i].blocks = whole_blocks(blocks_fixed[i]);
+    std::sort(out.begin(), out.end(), by_bytes);
+    if (out.size() > pool_sites_kept) out.resize(pool_sites_kept);
+    return out;
+  }
+
+  const tracer& tracer_;
+  std::vector<tally> pools_;
+  std::map<uint64_t, size_t> of_device_;  // index into pools_ of the current device's pools, by id
+};
+
 }  // namespace
 
 bool is_growing(const std::vector<int64_t>& v) {
@@ -99,17 +221,21 @@ status build_report(allocator& a, const char* reason, report* out) {
   const std::vector<mark_record> marks = t.marks(&r.marks_made);
   for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
 
-  // 1. Collect, then walk every block once: live blocks by site (and birth), free blocks by last holder.
+  // 1. Collect, then walk every block once: a retained private pool's by pool, other live blocks by
+  // site (and birth), other free blocks by last holder.
   held_memory held;
   if (status s = collect(a, &held); s != status::ok) return s;
   std::unordered_map<uint32_t, live_tally> live;
   std::unordered_map<uint32_t, cached_summary> cached;
+  pool_groups pools(t);
   for (const device_blocks& dev : held.devices) {
     device_summary ds;
     ds.device = dev.device;
     ds.stats = dev.stats;
+    pools.start_device(dev);
     for (const block_record& b : dev.blocks) {
-      if (b.pending) continue;  // freed by its owner: neither held nor cached
+      if (pools.add(b)) continue;  // a retained private pool's: neither a leak nor cache
+      if (b.pending) continue;     // freed by its owner: neither held nor cached
       if (!b.live) {
         cached_summary& c = cached[b.site];
         c.site = b.site;
@@ -123,14 +249,7 @@ status build_report(allocator& a, const char* reason, report* out) {
       }
       // Sampling on: a block that was not sampled is represented by the weights of those that were.
       if (b.site == 0 && r.sample_bytes != 0) continue;
-      live_tally& l = live[b.site];
-      const int64_t bytes = t.weighted_bytes(b.requested), count = t.weighted_blocks(b.requested);
-      l.bytes += bytes;
-      l.blocks += count;
-      l.block_bytes += static_cast<double>(b.size) * t.weight(b.requested);
-      auto& born = l.by_birth[b.birth];
-      born.first += bytes;
-      born.second += count;
+      live[b.site].add(t, b);
     }
     r.devices.push_back(std::move(ds));
   }
@@ -139,6 +258,7 @@ status build_report(allocator& a, const char* reason, report* out) {
   site_describer describer(sites);
   for (const auto& [site, l] : live) describer.want(site);
   for (const auto& [site, c] : cached) describer.want(site);
+  pools.want(describer);
   describer.resolve();
 
   // 3. Group: one summary per call site as a user reads it: stacks that differ only in return addresses
@@ -187,11 +307,6 @@ status build_report(allocator& a, const char* reason, report* out) {
       if (found != at_mark.end() && found->first == site) g.summary.live_at_marks[m] += found->second;
     }
   }
-  auto by_bytes = [](const auto& x, const auto& y) {
-    if (x.bytes != y.bytes) return x.bytes > y.bytes;
-    if (x.blocks != y.blocks) return x.blocks > y.blocks;
-    return x.site < y.site;
-  };
   for (leak_group& g : groups) {
     g.summary.blocks = whole_blocks(g.blocks_fixed);
     g.summary.block_bytes = std::llround(g.block_bytes);
@@ -249,6 +364,9 @@ status build_report(allocator& a, const char* reason, report* out) {
     into.inactive_split_bytes += c.inactive_split_bytes;
   }
   std::sort(r.cached.begin(), r.cached.end(), by_bytes);
+
+  // 6. Retained private pools.
+  r.pools = pools.summaries(describer);
   *out = std::move(r);
   return status::ok;
 }

@@ -57,10 +57,39 @@ struct cached_summary {
   int64_t inactive_split_bytes = 0;  // free bytes inside segments that are partly in use
 };
 
+// Memory of a private pool still retained (a CUDA graph's, a torch.cuda.MemPool's; Note [Private
+// pools]): a group of its own. Its live blocks are not leaks (the program still holds what keeps
+// them), and the free memory inside it is not cache (only the pool's own allocations may reuse it).
+// Blocks of a retired pool are ordinary memory again.
+struct pool_site_summary {
+  uint32_t site = 0;
+  std::vector<frame_info> frames;
+  int64_t bytes = 0;  // live requested bytes (estimates with sampling on, as a leak's)
+  int64_t blocks = 0;
+};
+
+inline constexpr const char* unlabelled_pool = "private pool";
+
+struct pool_summary {
+  int device = 0;
+  uint64_t pool = 0;
+  std::string label;  // its kind (tracepool_pool_label), else unlabelled_pool
+  uint32_t site = 0;  // the call that created it
+  std::vector<frame_info> frames;
+  int64_t bytes = 0;                     // live requested bytes, exact
+  int64_t blocks = 0;                    // live blocks
+  int64_t block_bytes = 0;               // their rounded sizes
+  int64_t reserved_bytes = 0;            // its segments
+  int64_t cached_bytes = 0;              // free inside them
+  std::vector<pool_site_summary> sites;  // where its live blocks were allocated: bytes descending, the top few
+};
+
+inline constexpr size_t pool_sites_kept = 5;
+
 struct device_summary {
   int device = 0;
   device_stats stats;
-  int64_t cached_bytes = 0;
+  int64_t cached_bytes = 0;  // free memory outside retained private pools
   int64_t largest_free_block = 0;
 };
 
@@ -89,6 +118,7 @@ struct report {
   std::vector<site_summary> leaks;  // bytes descending
   std::vector<retained_summary> retained;
   std::vector<cached_summary> cached;  // bytes descending
+  std::vector<pool_summary> pools;     // retained private pools, reserved bytes descending
   std::vector<mark_summary> marks;  // the kept ones (Note [Marks without end] in tracer.h)
   uint64_t marks_made = 0;          // in all
   // Set for reason "oom".

@@ -13,6 +13,19 @@ void tags(json_out& j, const std::vector<std::string>& labels) {
   j.close(']');
 }
 
+// `"key": [{...}, ...]`: each item's fields written by `fields`.
+template <typename T, typename Fields>
+void objects(json_out& j, const char* key, const std::vector<T>& items, Fields&& fields) {
+  j.key(key);
+  j.open('[');
+  for (const T& item : items) {
+    j.open('{');
+    fields(item);
+    j.close('}');
+  }
+  j.close(']');
+}
+
 }  // namespace
 
 std::string to_json(const report& r) {
@@ -55,21 +68,13 @@ std::string to_json(const report& r) {
     j.close('}');
   }
   j.close('}');
-  j.key("devices");
-  j.open('[');
-  for (const device_summary& d : r.devices) {
-    j.open('{');
+  objects(j, "devices", r.devices, [&](const device_summary& d) {
     j.key("device"), j.value(static_cast<int64_t>(d.device));
     j.key("cached_bytes"), j.value(d.cached_bytes);
     j.key("largest_free_block"), j.value(d.largest_free_block);
-    j.close('}');
-  }
-  j.close(']');
+  });
 
-  j.key("leaks");
-  j.open('[');
-  for (const site_summary& s : r.leaks) {
-    j.open('{');
+  objects(j, "leaks", r.leaks, [&](const site_summary& s) {
     j.key("site"), j.value(static_cast<int64_t>(s.site));
     j.key("bytes"), j.value(s.bytes);
     j.key("blocks"), j.value(s.blocks);
@@ -84,15 +89,10 @@ std::string to_json(const report& r) {
     j.close(']');
     j.key("growing"), j.value(s.growing);
     write_frames(j, s.frames, frame_schema::tracepool);
-    j.close('}');
-  }
-  j.close(']');
+  });
 
-  j.key("retained");
-  j.open('[');
-  for (const retained_summary& t : r.retained) {
+  objects(j, "retained", r.retained, [&](const retained_summary& t) {
     const site_summary& s = r.leaks[t.leak];
-    j.open('{');
     j.key("site"), j.value(static_cast<int64_t>(s.site));
     j.key("bytes"), j.value(t.bytes);
     j.key("blocks"), j.value(t.blocks);
@@ -104,14 +104,9 @@ std::string to_json(const report& r) {
     j.key("marks_survived"), j.value(static_cast<int64_t>(t.marks_survived));
     tags(j, s.tags);
     write_frames(j, s.frames, frame_schema::tracepool);
-    j.close('}');
-  }
-  j.close(']');
+  });
 
-  j.key("cached");
-  j.open('[');
-  for (const cached_summary& c : r.cached) {
-    j.open('{');
+  objects(j, "cached", r.cached, [&](const cached_summary& c) {
     j.key("site"), j.value(static_cast<int64_t>(c.site));
     j.key("bytes"), j.value(c.bytes);
     j.key("blocks"), j.value(c.blocks);
@@ -119,21 +114,33 @@ std::string to_json(const report& r) {
     j.key("inactive_split_bytes"), j.value(c.inactive_split_bytes);
     tags(j, c.tags);
     write_frames(j, c.frames, frame_schema::tracepool);
-    j.close('}');
-  }
-  j.close(']');
+  });
 
-  j.key("marks");
-  j.open('[');
-  for (const mark_summary& m : r.marks) {
-    j.open('{');
+  objects(j, "pools", r.pools, [&](const pool_summary& p) {
+    j.key("device"), j.value(static_cast<int64_t>(p.device));
+    j.key("pool"), j.value(p.pool);
+    j.key("label"), j.value(p.label);
+    j.key("site"), j.value(static_cast<int64_t>(p.site));
+    write_frames(j, p.frames, frame_schema::tracepool);
+    j.key("bytes"), j.value(p.bytes);
+    j.key("blocks"), j.value(p.blocks);
+    j.key("block_bytes"), j.value(p.block_bytes);
+    j.key("reserved_bytes"), j.value(p.reserved_bytes);
+    j.key("cached_bytes"), j.value(p.cached_bytes);
+    objects(j, "sites", p.sites, [&](const pool_site_summary& s) {
+      j.key("site"), j.value(static_cast<int64_t>(s.site));
+      j.key("bytes"), j.value(s.bytes);
+      j.key("blocks"), j.value(s.blocks);
+      write_frames(j, s.frames, frame_schema::tracepool);
+    });
+  });
+
+  objects(j, "marks", r.marks, [&](const mark_summary& m) {
     j.key("label"), j.value(m.label);
     j.key("index"), j.value(static_cast<int64_t>(m.index));
     j.key("time_ns"), j.value(static_cast<int64_t>(m.time_ns));
     j.key("live_bytes"), j.value(m.live_bytes);
-    j.close('}');
-  }
-  j.close(']');
+  });
   j.key("marks_made"), j.value(static_cast<int64_t>(r.marks_made));
 
   if (r.reason == "oom") {

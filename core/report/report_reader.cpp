@@ -331,6 +331,26 @@ bool read_cached(report_reader& in, const json& v, const std::string& path, cach
          in.frames(v, path, &c->frames);
 }
 
+bool read_pool_site(report_reader& in, const json& v, const std::string& path, pool_site_summary* s) {
+  return in.object(v, path, {"bytes", "blocks", "frames"}) && in.count(v, path, "site", &s->site) &&
+         in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
+         in.frames(v, path, &s->frames);
+}
+
+bool read_pool(report_reader& in, const json& v, const std::string& path, pool_summary* p) {
+  return in.object(v, path, {"device", "pool", "bytes", "blocks", "reserved_bytes", "cached_bytes"}) &&
+         in.count(v, path, "device", &p->device) && in.count(v, path, "pool", &p->pool) &&
+         in.string(v, path, "label", &p->label) && in.count(v, path, "site", &p->site) &&
+         in.frames(v, path, &p->frames) && in.count(v, path, "bytes", &p->bytes) &&
+         in.count(v, path, "blocks", &p->blocks) && in.count(v, path, "block_bytes", &p->block_bytes) &&
+         in.count(v, path, "reserved_bytes", &p->reserved_bytes) &&
+         in.count(v, path, "cached_bytes", &p->cached_bytes) &&
+         in.list(v, path, "sites", [&](const json& item, const std::string& where, size_t) {
+           p->sites.emplace_back();
+           return read_pool_site(in, item, where, &p->sites.back());
+         });
+}
+
 bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m) {
   return in.object(v, path) && in.string(v, path, "label", &m->label) && in.count(v, path, "index", &m->index) &&
          in.count(v, path, "time_ns", &m->time_ns) && in.count(v, path, "live_bytes", &m->live_bytes);
@@ -382,6 +402,11 @@ bool read_body(report_reader& in, const json& doc, report* r) {
                     [&](const json& v, const std::string& path, size_t) {
                       r->cached.emplace_back();
                       return read_cached(in, v, path, &r->cached.back());
+                    }) &&
+            in.list(doc, "", "pools",
+                    [&](const json& v, const std::string& path, size_t) {
+                      r->pools.emplace_back();
+                      return read_pool(in, v, path, &r->pools.back());
                     }) &&
             in.list(doc, "", "marks", [&](const json& v, const std::string& path, size_t) {
               r->marks.emplace_back();

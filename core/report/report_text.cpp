@@ -130,6 +130,55 @@ std::string tag_list(const std::vector<std::string>& tags) {
 
 std::string blocks_word(int64_t n) { return n == 1 ? "1 block" : std::to_string(n) + " blocks"; }
 
+// Shows the first `top` entries with show(index, entry); the rest in one line: "... 3 more sites
+// holding 24.00 KiB" (bytes(entry) of each).
+template <typename T, typename Bytes, typename Show>
+void first_of(std::string& out, const std::vector<T>& all, size_t top, const char* what, Bytes&& bytes, Show&& show) {
+  int64_t rest_bytes = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i < top)
+      show(i, all[i]);
+    else
+      rest_bytes += bytes(all[i]);
+  }
+  if (all.size() > top)
+    out += printf_string("  ... %zu more %s holding %s\n", all.size() - top, what, human_bytes(rest_bytes).c_str());
+}
+
+// "held by CUDA graph created at capture (train.py:88)"; the device is named when there are several.
+std::string pool_name(const report& r, const pool_summary& p) {
+  std::string name = "held by " + (p.label.empty() ? std::string(unlabelled_pool) : p.label);
+  if (r.devices.size() > 1) name += printf_string(" on device %d", p.device);
+  return name + (p.frames.empty() ? " (no call site recorded)" : " created " + frame_line(where(p.frames)));
+}
+
+int64_t pool_bytes_on(const report& r, int device) {
+  int64_t bytes = 0;
+  for (const pool_summary& p : r.pools)
+    if (p.device == device) bytes += p.reserved_bytes;
+  return bytes;
+}
+
+// Retained private pools, each with the sites of its live blocks; nothing when there are none.
+void pools(std::string& out, const report& r, size_t top) {
+  if (r.pools.empty()) return;
+  out +=
+      "\nPrivate pools: memory kept for CUDA graphs and memory pools the program still holds (neither leaked nor "
+      "cached), largest first:\n";
+  const auto reserved = [](const pool_summary& p) { return p.reserved_bytes; };
+  first_of(out, r.pools, top, "pools", reserved, [&](size_t, const pool_summary& p) {
+    out += "  " + pool_name(r, p) +  // a label may be long: not through printf_string's buffer
+           printf_string(": %s (%s live in %s, %s of its %s free inside the pool)\n",
+                         human_bytes(p.reserved_bytes).c_str(), human_bytes(p.bytes).c_str(),
+                         blocks_word(p.blocks).c_str(), human_bytes(p.cached_bytes).c_str(),
+                         human_bytes(p.reserved_bytes).c_str());
+    for (const pool_site_summary& s : p.sites) {
+      out += printf_string("       %s in %s ", human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str());
+      out += (s.frames.empty() ? std::string("(no call site recorded)") : frame_line(where(s.frames))) + "\n";
+    }
+  });
+}
+
 }  // namespace
 
 std::string human_bytes(int64_t bytes) {
@@ -159,24 +208,21 @@ std::string to_text(const report& r, size_t top) {
   for (const device_summary& d : r.devices) {
     const auto& t = d.stats.table;
     out += printf_string(
-        "device %d: %s allocated in %s (peak %s); %s reserved; %s cached (reserved but free), largest free block %s\n",
+        "device %d: %s allocated in %s (peak %s); %s reserved; %s cached (reserved but free), largest free block %s",
         d.device, human_bytes(t.at(stat_kind::allocated_bytes, all_pools).current).c_str(),
         blocks_word(t.at(stat_kind::allocation, all_pools).current).c_str(),
         human_bytes(t.at(stat_kind::allocated_bytes, all_pools).peak).c_str(),
         human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(d.cached_bytes).c_str(),
         human_bytes(d.largest_free_block).c_str());
+    const int64_t in_pools = pool_bytes_on(r, d.device);
+    out += in_pools == 0 ? "\n" : "; " + human_bytes(in_pools) + " reserved by private pools\n";
   }
 
   const char* held = r.reason == "exit" ? "Leaked: memory still allocated at exit" : "Live: memory allocated now";
   out += printf_string("\n%s, by call site, largest first%s:\n", held, estimated ? " (estimated)" : "");
   if (r.leaks.empty()) out += "  none\n";
-  int64_t rest_bytes = 0;
-  for (size_t i = 0; i < r.leaks.size(); ++i) {
-    const site_summary& s = r.leaks[i];
-    if (i >= top) {
-      rest_bytes += s.bytes;
-      continue;
-    }
+  const auto requested = [](const site_summary& s) { return s.bytes; };
+  first_of(out, r.leaks, top, "sites", requested, [&](size_t i, const site_summary& s) {
     out += printf_string("  #%zu %s in %s%s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str(),
                          tag_list(s.tags).c_str());
     if (s.growing) {
@@ -188,9 +234,8 @@ std::string to_text(const report& r, size_t top) {
     out += printf_string("  (peak %s, %s allocated in all)\n", human_bytes(s.peak_bytes).c_str(),
                          human_bytes(s.total_bytes).c_str());
     frames(out, s.frames);
-  }
-  if (r.leaks.size() > top)
-    out += printf_string("  ... %zu more sites holding %s\n", r.leaks.size() - top, human_bytes(rest_bytes).c_str());
+  });
+  pools(out, r, top);
 
   if (!r.marks.empty()) {
     out += "\nRetained: live blocks born before a mark and still alive after it:\n";
@@ -247,6 +292,10 @@ std::string oom_summary(const report& r, int device) {
     out += printf_string("\n  %s in %s ", human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str());
     out += s.frames.empty() ? std::string("(no call site recorded)") : frame_line(where(s.frames));
   }
+  for (const pool_summary& p : r.pools)
+    if (p.device == device)
+      out += "\n  " + human_bytes(p.reserved_bytes) + " " + pool_name(r, p) + ", " + human_bytes(p.cached_bytes) +
+             " of it free inside the pool";
   return out;
 }
 

@@ -1,4 +1,4 @@
-// report_support.h: reports written through the C API and read back as JSON, for the attribution tests.
+// report_support.h: reports written through the C API and read back as JSON or rendered, for the report tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -58,6 +58,38 @@ inline json report_of(tracepool_t* tp) {
   const std::string path = scratch_dir() + "/report.json";
   EXPECT_EQ(tracepool_write_report(tp, path.c_str(), "json"), TRACEPOOL_OK) << tracepool_last_error();
   return parse_report(path);
+}
+
+inline tracepool_report_options_t report_options(const char* format, int top, const char* reason, const char* name) {
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  o.format = format;
+  o.top = top;
+  o.reason = reason;
+  o.name = name;
+  return o;
+}
+
+// The report now as a string (tracepool_report_string_with), "" if it fails.
+inline std::string report_string(tracepool_t* tp, const char* format, const char* reason = nullptr, int top = 0) {
+  const tracepool_report_options_t o = report_options(format, top, reason, nullptr);
+  char* out = nullptr;
+  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_OK) << tracepool_last_error();
+  std::string text = out != nullptr ? out : "";
+  tracepool_string_free(out);
+  return text;
+}
+
+// A saved report rendered by tracepool_render_report; its message when refused (status in *rc).
+inline std::string render(const std::string& json_text, const char* format = nullptr, int top = 0, int* rc = nullptr,
+                          const char* name = nullptr) {
+  const tracepool_report_options_t o = report_options(format, top, nullptr, name);
+  char* out = nullptr;
+  const int status = tracepool_render_report(json_text.data(), json_text.size(), &o, &out);
+  if (rc != nullptr) *rc = status;
+  std::string text = out != nullptr ? out : tracepool_last_error();
+  tracepool_string_free(out);
+  return text;
 }
 
 inline bool ends_with(const std::string& s, const std::string& suffix) {

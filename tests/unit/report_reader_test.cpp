@@ -20,6 +20,8 @@ namespace core = tracepool::core;
 using tracepool::status;
 using tracepool::testing::json;
 using tracepool::testing::read_file;
+using tracepool::testing::render;
+using tracepool::testing::report_string;
 using tracepool::testing::scratch_dir;
 
 core::frame_info python_frame(const char* function, const char* file, int line, bool borrowed = false) {
@@ -117,6 +119,21 @@ core::report every_section(const char* reason) {
   c.largest_free_block = 20 << 20;
   c.inactive_split_bytes = 4 << 20;
   r.cached = {c, core::cached_summary{}};
+  core::pool_summary graph;
+  graph.device = 1;
+  graph.pool = UINT64_MAX;
+  graph.label = "CUDA graph";
+  graph.site = 6;
+  graph.frames = {python_frame("capture", "/site-packages/torch/cuda/graphs.py", 180),
+                  python_frame("train_step", "train.py", 88)};
+  graph.bytes = graph.block_bytes = 12 << 20;
+  graph.blocks = 12;
+  graph.reserved_bytes = 48 << 20;
+  graph.cached_bytes = 36 << 20;
+  graph.sites = {{3, {python_frame("forward", "model.py", 10)}, 8 << 20, 8}, {0, {}, 4 << 20, 4}};
+  core::pool_summary unlabelled;  // as a hand-written report may have it: no label, no frames
+  unlabelled.pool = 2;
+  r.pools = {graph, unlabelled};
   if (r.reason == "oom") {
     r.oom_device = 1;
     r.oom_requested = 50 << 20;
@@ -158,10 +175,21 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
         "at validate (train_é.py:129)", "at main (train_é.py:139), on the thread that started this work",
         "at 0x11 (in a)\n       at fn (a.c:3)\n       at main (a.c:4)\n",
         "(no call site: capture was off or the site table was full)", "after mark 'époque 1'",
-        "born before the first mark", "Marks:\n  epoch 0 "}) {
+        "born before the first mark", "Marks:\n  epoch 0 ", "; 48.00 MiB reserved by private pools\n",
+        "\n  held by CUDA graph on device 1 created at train_step (train.py:88): 48.00 MiB (12.00 MiB live in 12 "
+        "blocks, 36.00 MiB of its 48.00 MiB free inside the pool)\n"
+        "       8.00 MiB in 8 blocks at forward (model.py:10)\n"
+        "       4.00 MiB in 4 blocks (no call site recorded)\n",
+        "\n  held by private pool on device 0 (no call site recorded): 0 B (0 B live in 0 blocks"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
   }
   EXPECT_EQ(text.find("runpy"), std::string::npos) << "nothing beyond <module>";
+  const std::string oom = core::oom_summary(every_section("oom"), 1);
+  EXPECT_NE(oom.find("\n  48.00 MiB held by CUDA graph on device 1 created at train_step (train.py:88), 36.00 MiB of "
+                     "it free inside the pool"),
+            std::string::npos)
+      << oom;
+  EXPECT_EQ(oom.find("private pool"), std::string::npos) << "device 0's pool is not device 1's: " << oom;
 }
 
 // A host instance's own reports (native frames, tags, marks, retained and cached memory, an OOM): the
@@ -171,34 +199,6 @@ __attribute__((noinline)) void* hold(tracepool_t* tp, size_t n) {
   EXPECT_EQ(tracepool_malloc(tp, n, 0, nullptr, &p), TRACEPOOL_OK);
   asm volatile("" ::: "memory");
   return p;
-}
-
-std::string render(const std::string& json_text, const char* format = nullptr, int top = 0, int* rc = nullptr,
-                   const char* name = nullptr) {
-  tracepool_report_options_t o{};
-  o.size = sizeof o;
-  o.format = format;
-  o.top = top;
-  o.name = name;
-  char* out = nullptr;
-  const int status = tracepool_render_report(json_text.data(), json_text.size(), &o, &out);
-  if (rc != nullptr) *rc = status;
-  std::string text = out != nullptr ? out : tracepool_last_error();
-  tracepool_string_free(out);
-  return text;
-}
-
-std::string report_string(tracepool_t* tp, const char* format, const char* reason = nullptr, int top = 0) {
-  tracepool_report_options_t o{};
-  o.size = sizeof o;
-  o.format = format;
-  o.reason = reason;
-  o.top = top;
-  char* out = nullptr;
-  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_OK) << tracepool_last_error();
-  std::string text = out != nullptr ? out : "";
-  tracepool_string_free(out);
-  return text;
 }
 
 TEST(RenderReport, TheLibrarysOwnReportsRenderAsItWroteThem) {
@@ -349,6 +349,17 @@ TEST(RenderReport, ABadBodyIsNamedByTheJsonPathOfItsFirstProblem) {
             "r.json: leaks[1].frames[0].line must be at most 2147483647, not 1099511627776");
   EXPECT_EQ(problem_after([](json& r) { r["stats"]["1"]["num_ooms"] = "1"; }),
             "r.json: stats[\"1\"][\"num_ooms\"] must be a non-negative integer, not \"1\"");
+  EXPECT_EQ(problem_after([](json& r) { r["pools"][0]["pool"] = -1; }),
+            "r.json: pools[0].pool must be a non-negative integer, not -1");
+  EXPECT_EQ(problem_after([](json& r) { r["pools"][1].erase("reserved_bytes"); }),
+            "r.json: pools[1] has no \"reserved_bytes\" field");
+  EXPECT_EQ(problem_after([](json& r) { r["pools"][0]["label"] = 1; }),
+            "r.json: pools[0].label must be a string, not 1");
+  EXPECT_EQ(problem_after([](json& r) { r["pools"][0]["sites"][1]["blocks"] = 1.5; }),
+            "r.json: pools[0].sites[1].blocks must be a non-negative integer, not 1.5");
+  EXPECT_EQ(problem_after([](json& r) { r["pools"][0]["sites"][0]["frames"][0]["kind"] = nullptr; }),
+            "r.json: pools[0].sites[0].frames[0].kind must be a string, not null");
+  EXPECT_EQ(problem_after([](json& r) { r["pools"] = json::object(); }), "r.json: pools must be a list, not an object");
   EXPECT_EQ(problem_after([](json& r) { r["capture"]["cfi_last_slow"] = 1; }),
             "r.json: capture.cfi_last_slow must be an object or null, not 1");
   EXPECT_EQ(problem_after([](json& r) { r["devices"] = json::array({json::object()}); }),

@@ -43,7 +43,8 @@ Options come before the script (or -m module); everything after it is the progra
 _REPORT_DESCRIPTION = """\
 Render a report saved as JSON (by `run -o report.json`, tracepool.write_report("x.json") or
 TRACEPOOL_REPORT=x.json) as text on stdout: the sites holding memory, largest first, with the
-lines that allocated it; retained blocks and marks; the cached memory."""
+lines that allocated it; the memory of CUDA graphs and memory pools still held; retained blocks
+and marks; the cached memory."""
 
 _REPORT_EPILOG = """\
 examples:

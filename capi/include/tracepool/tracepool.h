@@ -146,6 +146,12 @@ TRACEPOOL_API int tracepool_pool_empty(tracepool_t* tp, int device, uint64_t poo
  * written to `out` (which may be NULL when capacity is 0). */
 TRACEPOOL_API int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out, size_t capacity,
                                         size_t* count);
+/* Names the pool's kind in reports ("CUDA graph", "torch.cuda.MemPool"; a pool never labelled is a
+ * "private pool"): reports show each retained pool as a group of its own, "held by <label> created at
+ * <the creating call's line>", and its blocks are not counted as leaks (docs/report-schema.md, "pools").
+ * `label` is copied; UTF-8, 1 to 256 bytes, no control characters (as tag and mark labels). A later
+ * call replaces it. TRACEPOOL_ERR_INVALID_ARGUMENT if the pool is not retained or the label is bad. */
+TRACEPOOL_API int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label);
 
 /* ---- Statistics ---------------------------------------------------------------------------- */
 TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);
@@ -161,7 +167,8 @@ TRACEPOOL_API int tracepool_validate(tracepool_t* tp);
 /* ---- Call sites, tags, marks and reports (docs/report-schema.md) ----------------------------- */
 /* Every allocation records its call stack (TRACEPOOL_CONF capture, capture_depth, unwinder,
  * sample_bytes), the calling thread's tags and the number of marks made before it. Reports group
- * live blocks ("leaks" at exit), retained blocks and cached (reserved but free) memory by call site.
+ * live blocks ("leaks" at exit), retained blocks and cached (reserved but free) memory by call site,
+ * and show the memory of each retained private pool (a CUDA graph's) apart, as neither of them.
  * TRACEPOOL_REPORT=<path> writes the report of tracepool_default() at exit: JSON when the path ends
  * in .json, text otherwise; TRACEPOOL_REPORT=stderr prints the text. */
 
