@@ -214,9 +214,16 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   // ---- Private pools (Note [Private pools] in core/private_pool.h) -------------------------------
   void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t pool, std::function<bool(cudaStream_t)> filter) override {
     auto* context = new std::function<bool(cudaStream_t)>(std::move(filter));
-    const int rc = tracepool_pool_begin(instance(), device, pool_key(pool), &run_filter, context, &delete_filter);
+    tracepool_t* tp = instance();
+    const uint64_t key = pool_key(pool);
+    const int rc = tracepool_pool_begin(tp, device, key, &run_filter, context, &delete_filter);
     if (rc != TRACEPOOL_OK) delete context;
     check(rc, "beginAllocateToPool");
+    // A pool made by its first route is a graph's (torch.cuda.graph, torch.compile's graph trees);
+    // a MemPool's is made, and named, by createOrIncrefPool.
+    int uses = 0;
+    if (tracepool_pool_use_count(tp, device, key, &uses) == TRACEPOOL_OK && uses == 1)
+      tell(tracepool_pool_label(tp, device, key, "CUDA graph"), "beginAllocateToPool");
   }
   // Both also run from destructors (~CUDAGraph via reset, ~MemPool): never throw.
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t pool) noexcept override {
@@ -229,7 +236,12 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     TORCH_CHECK(allocator == nullptr, "tracepool: a MemPool with an allocator of its own (MemPool(allocator=...)) is "
                 "not supported while tracepool is PyTorch's allocator; MemPool() without one gets its memory from "
                 "tracepool");
-    check(tracepool_pool_retain(instance(), device, pool_key(pool)), "createOrIncrefPool");
+    tracepool_t* tp = instance();
+    const uint64_t key = pool_key(pool);
+    check(tracepool_pool_retain(tp, device, key), "createOrIncrefPool");
+    int uses = 0;
+    if (tracepool_pool_use_count(tp, device, key, &uses) == TRACEPOOL_OK && uses == 1)
+      tell(tracepool_pool_label(tp, device, key, "torch.cuda.MemPool"), "createOrIncrefPool");
   }
   int getPoolUseCount(c10::DeviceIndex device, MempoolId_t pool) override {
     int uses = 0;
