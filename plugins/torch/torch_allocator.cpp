@@ -141,7 +141,10 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void emptyCache(MempoolId_t pool) noexcept override {
     tracepool_t* tp = tracepool_default();
     if (tp == nullptr) return;
-    if (pool.first == 0 && pool.second == 0) return tell(tracepool_empty_cache(tp, -1), "empty_cache");
+    if (pool.first == 0 && pool.second == 0) {
+      empty_caches_.fetch_add(1, std::memory_order_relaxed);
+      return tell(tracepool_empty_cache(tp, -1), "empty_cache");
+    }
     int n = 0;
     tell(tracepool_device_count(tp, &n), "empty_cache(pool)");
     for (int d = 0; d < n; ++d) tell(tracepool_pool_empty(tp, d, key_or_zero(pool)), "empty_cache(pool)");
@@ -202,6 +205,9 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     out.num_ooms = static_cast<int64_t>(s.num_ooms);
     out.num_device_alloc = static_cast<int64_t>(s.num_device_alloc);
     out.num_device_free = static_cast<int64_t>(s.num_device_free);
+    // PyTorch counts the times its cache waited for every stream's events, once per empty_cache;
+    // tracepool waits for nothing there, and counts the empty_cache calls.
+    out.num_sync_all_streams = empty_caches_.load(std::memory_order_relaxed);
     return out;
   }
   void resetAccumulatedStats(c10::DeviceIndex device) override {
@@ -349,6 +355,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   }
 
   std::atomic<int> devices_{0};
+  std::atomic<int64_t> empty_caches_{0};  // torch.cuda.empty_cache() calls, for num_sync_all_streams
   std::mutex mutex_;  // a leaf: guards the two lists below
   std::vector<double> fractions_;
   std::vector<cca::OutOfMemoryObserver> oom_observers_;
