@@ -267,7 +267,10 @@ status allocator::begin_pool(int device, uint64_t pool, route_filter_fn filter, 
 
 status allocator::end_pool(int device, uint64_t pool) {
   if (status s = check_pool(device, pool); s != status::ok) return s;
-  (void)routes_.close(device, pool);
+  // The last route closed: frees made during the capture get their events now, so that a pool used
+  // only inside captures (a graph's) gets those blocks back.
+  if (routes_.close(device, pool) != 0 && !gate_.closed())
+    for (auto& dev : devices_) dev->process_pending();
   return status::ok;
 }
 

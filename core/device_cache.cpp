@@ -86,8 +86,12 @@ bool device_cache::retired(const stream_pool* pool) {
   return private_.count(pool->pool()) == 0;
 }
 
+// PyTorch's emptyCache(mempool_id): nothing while the pool is retained (a graph may still replay
+// into it, whoever else dropped their use); a retired pool's free memory goes back.
 status device_cache::empty_pool(uint64_t pool) {
-  if (gate_.closed()) return status::ok;  // Note [Capture]: the next empty_cache gives it back
+  if (pool_exists(pool)) return status::ok;
+  const capture_gate::pass open(gate_);
+  if (!open) return status::ok;  // Note [Capture]: the next empty_cache gives it back
   status result = status::ok;
   for (stream_pool* p : pools_snapshot())
     if (p->pool() == pool)
@@ -229,7 +233,8 @@ status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uin
     // (Note [Release order] exists so that this cannot happen): either way the segment is not ours.
     const bool duplicate = segments_.count(seg->ptr) != 0;
     lock.unlock();
-    if (!duplicate) (void)backend_.release(device_, ptr, bytes);
+    // During a capture the memory stays the device's, lost, rather than break the capture.
+    if (const capture_gate::pass open(gate_); !duplicate && open) (void)backend_.release(device_, ptr, bytes);
     return fail(status::internal, "device %d: could not record a new segment at %p (%s)", device_, ptr,
                 duplicate ? "the backend handed out an address tracepool still holds" : "host memory exhausted");
   }
@@ -310,7 +315,8 @@ status device_cache::release_free_segments(stream_pool* pool, bool wait) {
 // The default pools and retired private pools; a private pool still retained keeps its memory (a
 // graph replays into it). During a capture, nothing (Note [Capture]).
 status device_cache::empty_cache(bool wait) {
-  if (gate_.closed()) return status::ok;
+  const capture_gate::pass open(gate_);
+  if (!open) return status::ok;
   status result = status::ok;
   for (stream_pool* pool : pools_snapshot()) {
     if (pool->pool() != 0 && !retired(pool)) continue;
@@ -354,9 +360,16 @@ status device_cache::free(block* b, bool* taken) {
   }
   // A retired private pool's memory goes back as its last blocks are freed (Note [Private pools]).
   // A segment the backend refuses stays cached, for empty_cache to try again: the free itself is done.
-  if (*taken && pool->pool() != 0 && !gate_.closed() && retired(pool))
-    (void)release_free_segments(pool, /*wait=*/false);
+  if (*taken && pool->pool() != 0 && retired(pool))
+    if (const capture_gate::pass open(gate_); open) (void)release_free_segments(pool, /*wait=*/false);
   return s;
+}
+
+void device_cache::process_pending() {
+  for (stream_pool* pool : pools_snapshot()) {
+    std::lock_guard<std::mutex> lock(pool->mutex());
+    pool->process_pending(/*wait=*/false, /*stream_alive=*/false);
+  }
 }
 
 void device_cache::record_stream(block* b, backend::stream_handle used_on) {

@@ -52,7 +52,11 @@ class device_cache {
   // Uses of `pool` (0 if it does not exist or has retired).
   int pool_use_count(uint64_t pool);
   bool pool_exists(uint64_t pool);
-  // Gives `pool`'s whole free segments back to the device (PyTorch's emptyCache(mempool_id)).
+  // Finishes every pool's pending record_stream frees that can be (events of frees made during a
+  // capture are recorded first); gives nothing back. For when the last route closes.
+  void process_pending();
+  // PyTorch's emptyCache(mempool_id): a retired pool's whole free segments go back to the device; a
+  // retained one keeps everything.
   status empty_pool(uint64_t pool);
   // The addresses of `pool`'s allocated blocks.
   void pool_blocks(uint64_t pool, std::vector<void*>* out);

@@ -1,6 +1,16 @@
 #include "private_pool.h"
 
+#include <new>
+#include <thread>
+
 namespace tracepool::core {
+
+void capture_gate::route_opened() {
+  open_routes_.fetch_add(1, std::memory_order_seq_cst);
+  // A pass that saw the gate open may still be at work: wait for it (device work is short; an
+  // empty_cache with many segments is the longest).
+  while (in_flight_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+}
 
 route_table::~route_table() {
   for (const route& r : routes_)
@@ -8,9 +18,21 @@ route_table::~route_table() {
 }
 
 status route_table::open(const route& r) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  routes_.push_back(r);  // may throw: the caller's guard turns that into status::internal
-  gate_.route_opened();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const route& o : routes_)
+      if (o.device == r.device && o.pool == r.pool)
+        return fail(status::invalid_argument,
+                    "begin_pool: pool %llu on device %d has a route open already (end it first; PyTorch's "
+                    "allocator refuses this too)",
+                    static_cast<unsigned long long>(r.pool), r.device);
+    try {
+      routes_.push_back(r);
+    } catch (const std::bad_alloc&) {
+      return fail(status::internal, "begin_pool: host memory exhausted");
+    }
+  }
+  gate_.route_opened();  // outside the lock: passes in flight never need it
   return status::ok;
 }
 

@@ -27,6 +27,11 @@ namespace tracepool::core {
 //   - When its use count reaches 0 it is retired: its whole free segments go back to the device at
 //     once (no capture running) or at the next empty_cache, and so do the ones its last live blocks
 //     free later. cuMemFree waits for the device, so a replay still running cannot be overrun.
+//     Until then nothing gives its memory back, empty_pool (PyTorch's emptyCache(id), which
+//     ~MemPool calls while a graph may still hold the pool) included. Choice: PyTorch frees a
+//     freeable pool only at emptyCache or OOM; tracepool at once, which holds less memory.
+//   - One route per pool and device at a time (PyTorch refuses a second beginAllocateToPool too):
+//     end_pool closes it.
 //   - Blocks record nothing new: their segment's stream pool knows the pool. Reports group a private
 //     pool's blocks under the call site that opened its first route (the capture's line).
 
@@ -47,23 +52,52 @@ struct route {
 // Note [Capture]
 // While any stream of the process captures in CUDA's global mode, a call that may synchronise with
 // the device or ask about work in flight, from any thread, invalidates the capture (which calls do:
-// Note [Capture-safe calls] in backend/cuda_backend.cpp, measured by tests/gpu/capture_probe.cpp).
+// Note [Capture-safe calls] in backend/cuda_backend.cpp, measured by tests/gpu/capture_probe.cu).
 // tracepool learns of captures from the routes: while one is open, the gate is closed and
 //   - stream_reuse records and queries no event: frees count as not yet safe for other streams,
 //     and record_stream frees wait (pending, with no event) until the gate opens again;
 //   - nothing goes back to the device: empty_cache keeps the cache and an allocation that does not
 //     fit fails without emptying it (the device is asked for new memory only, in relaxed mode);
-//   - pending frees are not polled.
+//   - pending frees are not polled; when the last route closes, every pool's pending frees get
+//     their events (a graph's pool, used only inside captures, would otherwise never see them).
 // The host backend emulates captures (begin_capture) and counts every call a real capture would
 // have refused (host_ledger::capture_violations); the tests require none.
+//
+// The check and the device work must not be split by a capture beginning in between: a pass holds
+// the gate open for one piece of device work (a fence, an event query, an empty_cache); opening a
+// route waits until every pass given before it has ended. PyTorch opens the route before it begins
+// the capture, so no pass outlives the capture's start.
 class capture_gate {
  public:
-  bool closed() const { return open_routes_.load(std::memory_order_acquire) != 0; }
-  void route_opened() { open_routes_.fetch_add(1, std::memory_order_acq_rel); }
-  void route_closed() { open_routes_.fetch_sub(1, std::memory_order_acq_rel); }
+  bool closed() const { return open_routes_.load(std::memory_order_seq_cst) != 0; }
+
+  // Lets one piece of device work run while no route is open; false (and nothing held) if one is.
+  class pass {
+   public:
+    explicit pass(const capture_gate& g) : gate_(g) {
+      gate_.in_flight_.fetch_add(1, std::memory_order_seq_cst);
+      open_ = !gate_.closed();
+      if (!open_) gate_.in_flight_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    ~pass() {
+      if (open_) gate_.in_flight_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    pass(const pass&) = delete;
+    pass& operator=(const pass&) = delete;
+    explicit operator bool() const { return open_; }
+
+   private:
+    const capture_gate& gate_;
+    bool open_;
+  };
+
+  // Closes the gate (one more open route); route_opened returns once no pass is in flight.
+  void route_opened();
+  void route_closed() { open_routes_.fetch_sub(1, std::memory_order_seq_cst); }
 
  private:
   std::atomic<int> open_routes_{0};
+  mutable std::atomic<int> in_flight_{0};
 };
 
 // The open routes of one allocator. Locking: mutex_ is taken alone, before any allocator lock.

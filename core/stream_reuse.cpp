@@ -11,7 +11,9 @@ stream_reuse::~stream_reuse() {
 }
 
 status stream_reuse::poll_fence() {
-  if (fence_event_ == nullptr || gate_.closed()) return status::ok;
+  if (fence_event_ == nullptr) return status::ok;
+  const capture_gate::pass open(gate_);
+  if (!open) return status::ok;
   bool done = false;
   if (status s = backend_.query_event(device_, fence_event_, &done); s != status::ok) return s;
   if (done) {
@@ -24,7 +26,9 @@ status stream_reuse::poll_fence() {
 
 uint64_t stream_reuse::on_free(bool stream_alive) {
   ++free_seq_;
-  if (!stream_alive || gate_.closed()) return free_seq_;
+  if (!stream_alive) return free_seq_;
+  const capture_gate::pass open(gate_);
+  if (!open) return free_seq_;
   // No fence in flight: record one now (cost: one cuEventRecord). Otherwise look at the clock only
   // every poll_every frees, and at the driver only once poll_interval has passed.
   if (fence_event_ == nullptr || frees_until_check_-- == 0) maintain_fence();
@@ -66,7 +70,7 @@ status stream_reuse::record_uses(pending_block* p) {
 
 status stream_reuse::defer_free(block* b) {
   pending_block p{b, {}, true};
-  if (!gate_.closed())
+  if (const capture_gate::pass open(gate_); open)
     if (status s = record_uses(&p); s != status::ok) return s;
   pending_.push_back(std::move(p));
   return status::ok;
@@ -80,7 +84,8 @@ void stream_reuse::forget_device_work(std::vector<block*>* ready) {
 }
 
 void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait) {
-  if (gate_.closed()) return;
+  const capture_gate::pass open(gate_);
+  if (!open) return;
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     pending_block& p = pending_[i];

@@ -219,9 +219,9 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
 
   // ---- Private pools (Note [Private pools] in core/private_pool.h) -------------------------------
   void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t pool, std::function<bool(cudaStream_t)> filter) override {
-    auto* context = new std::function<bool(cudaStream_t)>(std::move(filter));
     tracepool_t* tp = instance();
     const uint64_t key = pool_key(pool);
+    auto* context = new std::function<bool(cudaStream_t)>(std::move(filter));  // the route owns it from here
     const int rc = tracepool_pool_begin(tp, device, key, &run_filter, context, &delete_filter);
     if (rc != TRACEPOOL_OK) delete context;
     check(rc, "beginAllocateToPool");

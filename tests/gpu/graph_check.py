@@ -103,7 +103,7 @@ def check_shared_pool(torch):
     return sums, "2 replays of 2 graphs in one pool equal eager"
 
 
-def check_failed_capture(torch):
+def check_failed_capture(torch, allocator):
     """A capture that fails (a synchronize inside it, after it allocated), then normal work: an
     allocation and matmul, random numbers, and a new capture. Each stage's outcome (a number, or the
     error's type) must be what PyTorch's allocator gives: tracepool adds no failure of its own."""
@@ -138,7 +138,20 @@ def check_failed_capture(torch):
         return out.double().sum().item()
 
     stage(new_capture)
-    return outcomes, "outcomes: %s" % ", ".join(o if isinstance(o, str) else "%.4g" % o for o in outcomes)
+    detail = "outcomes: %s" % ", ".join(o if isinstance(o, str) else "%.4g" % o for o in outcomes)
+    if allocator == "tracepool":
+        # tracepool's capture gate opened again (tracepool.torch ends a failed capture's route): the
+        # cache goes back on empty_cache. PyTorch's own allocator keeps its default pool then.
+        torch.cuda.synchronize()
+        big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        del big
+        before = torch.cuda.memory_reserved()
+        torch.cuda.empty_cache()
+        returned = before - torch.cuda.memory_reserved()
+        if returned < 256 << 20:
+            raise AssertionError("after the failed capture empty_cache gave back only %d bytes (%s)" % (returned, detail))
+        detail += "; then empty_cache gave back %d MiB" % (returned >> 20)
+    return outcomes, detail
 
 
 class _MLP:
@@ -229,6 +242,8 @@ def check_report_pool(torch, allocator):
         raise AssertionError("no pool named by graph_check.py:%d: %s" % (line, json.dumps(pools)[:300]))
     leaks = [s for s in report.get("leaks", []) if any(f.get("line") == _line_of("y = x * 3 + 1")
                                                           for f in s.get("frames", []))]
+    if leaks:
+        raise AssertionError("the graph's output is also among the leaks: %s" % json.dumps(leaks)[:300])
     del y, g
     return None, "pool group '%s', %d bytes, created at graph_check.py:%d; %d of its blocks among leaks" % (
         named[0].get("label"), named[0].get("bytes", 0), line, len(leaks))
@@ -297,7 +312,7 @@ def run(args):
     for name in checks:
         try:
             fn = globals()["check_" + name]
-            result, detail = fn(torch, args.allocator) if name == "report_pool" else fn(torch)
+            result, detail = fn(torch, args.allocator) if name in ("report_pool", "failed_capture") else fn(torch)
             out["checks"][name] = {"status": "ok", "result": result, "detail": detail}
         except Exception as e:  # noqa: BLE001 - a check's failure is its row
             out["checks"][name] = {"status": "error", "detail": "%s: %s" % (type(e).__name__, str(e)[:400]),

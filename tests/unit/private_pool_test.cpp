@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
 #include <thread>
@@ -260,10 +261,114 @@ TEST(PrivatePools, AFilterRoutesOneThreadWhileOthersAllocateBesideIt) {
   EXPECT_EQ(a->release_pool(0, scoped), status::ok);  // use_mem_pool's exit
   ASSERT_EQ(a->empty_cache(-1), status::ok);           // the other threads' cache goes, the pool's stays
   EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 << 20);
-  EXPECT_EQ(a->empty_pool(0, scoped), status::ok);  // the MemPool's empty_cache: its free memory goes
+  EXPECT_EQ(a->empty_pool(0, scoped), status::ok);  // emptyCache(id) of a retained pool keeps it
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 << 20);
+  EXPECT_EQ(a->release_pool(0, scoped), status::ok);  // the MemPool object dies: retired, free, back
   EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
-  EXPECT_EQ(a->release_pool(0, scoped), status::ok);  // the MemPool object dies
   EXPECT_EQ(a->validate(), status::ok) << last_error();
+}
+
+// ~MemPool runs releasePool, then emptyCache(id); a graph captured into the MemPool's pool still
+// holds a use and replays into the memory its capture freed: that memory must stay.
+TEST(PrivatePools, EmptyingARetainedPoolKeepsTheMemoryAGraphStillReplaysInto) {
+  auto a = host_allocator();
+  ASSERT_EQ(a->retain_pool(0, graph_pool), status::ok);  // MemPool()
+  void *scratch = nullptr, *out = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);  // torch.cuda.graph(g, pool=mempool.id)
+    ASSERT_EQ(a->malloc(64 << 20, 0, capture_stream, &scratch), status::ok);
+    ASSERT_EQ(a->malloc(4096, 0, capture_stream, &out), status::ok);
+    ASSERT_EQ(a->free(scratch), status::ok);
+  }
+  const auto reserved = current(stats_of(*a), stat_kind::reserved_bytes);
+  ASSERT_EQ(a->release_pool(0, graph_pool), status::ok);  // ~MemPool: releasePool
+  ASSERT_EQ(a->empty_pool(0, graph_pool), status::ok);    // ~MemPool: emptyCache(id)
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), reserved);
+  ASSERT_EQ(a->free(out), status::ok);
+  ASSERT_EQ(a->release_pool(0, graph_pool), status::ok);  // the graph is destroyed
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+}
+
+// One route per pool: a second begin is refused (PyTorch's allocator refuses it too), so that an
+// inner end cannot silently close an outer scope's route.
+TEST(PrivatePools, ASecondRouteToAPoolIsRefusedAndCostsNoUse) {
+  auto a = host_allocator();
+  ASSERT_EQ(a->begin_pool(0, graph_pool, nullptr, capture_stream, nullptr), status::ok);
+  EXPECT_EQ(a->begin_pool(0, graph_pool, nullptr, capture_stream, nullptr), status::invalid_argument);
+  EXPECT_NE(std::string(last_error()).find("route open already"), std::string::npos) << last_error();
+  int uses = 0;
+  ASSERT_EQ(a->pool_use_count(0, graph_pool, &uses), status::ok);
+  EXPECT_EQ(uses, 1);
+  ASSERT_EQ(a->end_pool(0, graph_pool), status::ok);
+  ASSERT_EQ(a->begin_pool(0, graph_pool + 1, nullptr, capture_stream, nullptr), status::ok) << "another pool may";
+  ASSERT_EQ(a->end_pool(0, graph_pool + 1), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool + 1), status::ok);
+}
+
+// A record_stream block freed inside a capture (a collective on a side stream) gets its events once
+// the capture's route closes, and goes back to the graph's pool: the next capture into the shared
+// pool reuses it instead of growing.
+TEST(PrivatePools, ARecordStreamFreeInsideACaptureReturnsToThePoolAfterIt) {
+  auto a = host_allocator();
+  void *first = nullptr, *again = nullptr;
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(1 << 20, 0, capture_stream, &first), status::ok);
+    ASSERT_EQ(a->record_stream(first, other_stream), status::ok);
+    ASSERT_EQ(a->free(first), status::ok);  // pending, no event: the gate is closed
+  }
+  EXPECT_EQ(current(stats_of(*a), stat_kind::active), 0) << "the pending free finished when the route closed";
+  {
+    capture c(*a, graph_pool, capture_stream);
+    ASSERT_EQ(a->malloc(1 << 20, 0, capture_stream, &again), status::ok);
+  }
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(ledger_of(*a).capture_violations, 0u) << ledger_of(*a).last_violation;
+  ASSERT_EQ(a->free(again), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+}
+
+namespace {
+// Stands for another thread that opens a route and begins a capture while this one empties the
+// cache: it is started at the first segment the cache gives back.
+struct capture_during_release final : observer {
+  allocator* a = nullptr;
+  std::thread other;
+  std::atomic<bool> began{false};
+  unsigned events() const override { return segment_events; }
+  void on_segment_free(const segment_event&) override {
+    if (other.joinable()) return;
+    other = std::thread([this] {
+      EXPECT_EQ(a->begin_pool(0, graph_pool, nullptr, capture_stream, nullptr), status::ok);
+      EXPECT_EQ(a->device_backend().begin_capture(0, capture_stream), status::ok);
+      began.store(true);
+    });
+    // Give it time to begin; it must not, until this empty_cache has finished its device work.
+    for (int i = 0; i < 50 && !began.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+};
+}  // namespace
+
+// The gate is checked and acted on as one: a capture that begins while empty_cache gives segments
+// back waits until it is done, so no cuMemFree lands inside the capture.
+TEST(PrivatePools, ACaptureBegunDuringEmptyCacheWaitsForItsReleases) {
+  auto a = host_allocator();
+  std::vector<void*> blocks(4);
+  for (void*& p : blocks) ASSERT_EQ(a->malloc(30 << 20, 0, other_stream, &p), status::ok);
+  for (void* p : blocks) ASSERT_EQ(a->free(p), status::ok);
+  static capture_during_release watcher;  // observers must outlive the allocator
+  watcher.a = a.get();
+  ASSERT_EQ(a->subscribe(&watcher), status::ok);
+  ASSERT_EQ(a->empty_cache(-1), status::ok);
+  watcher.other.join();
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0) << "every segment went back";
+  EXPECT_EQ(ledger_of(*a).capture_violations, 0u) << ledger_of(*a).last_violation;
+  EXPECT_EQ(a->device_backend().end_capture(0, capture_stream), status::ok);
+  EXPECT_EQ(a->end_pool(0, graph_pool), status::ok);
+  EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+  watcher.a = nullptr;
 }
 
 TEST(PrivatePools, BadCallsAreErrors) {

@@ -22,6 +22,7 @@ import ctypes
 import functools
 import os
 import threading
+import warnings
 from typing import Any
 
 from .. import _tracepool, configure, library_path
@@ -107,10 +108,18 @@ def install(conf: str | None = None) -> None:
                                "PyTorch needs device memory, backend cuda" % backend)
 
         torch_lib = _torch_lib_path()
+        if torch_lib is not None and _torch_lib.TORCH_VERSION != torch.__version__:
+            warnings.warn("tracepool.torch: libtracepool_torch.so was built against torch %s, not this torch %s; "
+                          "using PyTorch's CUDAPluggableAllocator instead (no CUDA graphs, MemPool or "
+                          "OutOfMemoryError): reinstall tracepool with --no-build-isolation under this torch"
+                          % (_torch_lib.TORCH_VERSION, torch.__version__), RuntimeWarning, stacklevel=2)
+            torch_lib = None
         allocator = _install_allocator_class(torch_lib) if torch_lib is not None else _install_pluggable()
         _installed = {"conf": conf, "allocator": allocator, "torch_lib": torch_lib}
         _patch_memory_functions(torch, allocator_class=torch_lib is not None)
         _patch_backward(torch)
+        if torch_lib is not None:
+            _patch_graph_exit(torch)
 
 
 def _install_allocator_class(path: str) -> None:
@@ -229,6 +238,31 @@ def _patch_memory_functions(torch: Any, allocator_class: bool) -> None:
                            ("_accelerator_resetAccumulatedStats", C._cuda_resetAccumulatedMemoryStats)):
         if hasattr(C, name):
             setattr(C, name, function)
+
+
+def _patch_graph_exit(torch: Any) -> None:
+    """torch.cuda.graph's exit ends the pool's route even when the capture failed. PyTorch's
+    capture_end raises before it calls endAllocateToPool when the capture was invalidated, which
+    would leave tracepool's route open for good: allocations kept going to a dead graph's pool
+    through a filter that reads the destroyed CUDAGraph, and tracepool's capture gate (no empty_cache,
+    no cross-stream reuse) shut for the rest of the process. Ending a route twice is harmless."""
+    graph = torch.cuda.graph
+    exit_ = graph.__exit__
+    if getattr(exit_, "__tracepool_wrapped__", None) is not None:
+        return
+
+    @functools.wraps(exit_)
+    def exit_ending_the_route(self: Any, *args: Any) -> Any:
+        try:
+            return exit_(self, *args)
+        except BaseException:
+            pool = self.cuda_graph.pool()
+            if tuple(pool) != (0, 0):
+                torch._C._cuda_endAllocateToPool(torch.cuda.current_device(), pool)
+            raise
+
+    exit_ending_the_route.__tracepool_wrapped__ = exit_
+    graph.__exit__ = exit_ending_the_route
 
 
 def _lend_frames(run_backward: Any) -> Any:
