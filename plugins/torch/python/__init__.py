@@ -119,7 +119,7 @@ def install(conf: str | None = None) -> None:
         _patch_memory_functions(torch, allocator_class=torch_lib is not None)
         _patch_backward(torch)
         if torch_lib is not None:
-            _patch_graph_exit(torch)
+            _patch_graph_capture(torch)
 
 
 def _install_allocator_class(path: str) -> None:
@@ -240,29 +240,38 @@ def _patch_memory_functions(torch: Any, allocator_class: bool) -> None:
             setattr(C, name, function)
 
 
-def _patch_graph_exit(torch: Any) -> None:
-    """torch.cuda.graph's exit ends the pool's route even when the capture failed. PyTorch's
-    capture_end raises before it calls endAllocateToPool when the capture was invalidated, which
-    would leave tracepool's route open for good: allocations kept going to a dead graph's pool
-    through a filter that reads the destroyed CUDAGraph, and tracepool's capture gate (no empty_cache,
-    no cross-stream reuse) shut for the rest of the process. Ending a route twice is harmless."""
-    graph = torch.cuda.graph
-    exit_ = graph.__exit__
-    if getattr(exit_, "__tracepool_wrapped__", None) is not None:
+def _patch_graph_capture(torch: Any) -> None:
+    """A failed capture ends its pool's route. PyTorch's CUDAGraph.capture_end raises before it
+    calls endAllocateToPool when the capture was invalidated (and CUDAGraph.pool() then refuses to
+    say which pool it was), which would leave tracepool's route open for good: allocations tried
+    against a filter that reads the dead CUDAGraph, and tracepool's capture gate (no empty_cache, no
+    cross-stream reuse) shut for the rest of the process. So capture_begin names the pool it captures
+    into (a fresh torch.cuda.graph_pool_handle() where the caller gave none: the same private pool
+    PyTorch would make), and capture_end ends that route when it raises. Ending twice is harmless."""
+    graph_class = torch.cuda.graphs.CUDAGraph
+    begin, end = graph_class.capture_begin, graph_class.capture_end
+    if getattr(end, "__tracepool_wrapped__", None) is not None:
         return
 
-    @functools.wraps(exit_)
-    def exit_ending_the_route(self: Any, *args: Any) -> Any:
+    @functools.wraps(begin)
+    def capture_begin(self: Any, pool: Any = None, capture_error_mode: str = "global") -> None:
+        if pool is None:
+            pool = torch.cuda.graph_pool_handle()
+        self._tracepool_pool = (torch.cuda.current_device(), tuple(pool))
+        begin(self, pool=pool, capture_error_mode=capture_error_mode)
+
+    @functools.wraps(end)
+    def capture_end(self: Any) -> None:
         try:
-            return exit_(self, *args)
+            end(self)
         except BaseException:
-            pool = self.cuda_graph.pool()
-            if tuple(pool) != (0, 0):
-                torch._C._cuda_endAllocateToPool(torch.cuda.current_device(), pool)
+            device, pool = getattr(self, "_tracepool_pool", (None, None))
+            if pool is not None:
+                torch._C._cuda_endAllocateToPool(device, pool)
             raise
 
-    exit_ending_the_route.__tracepool_wrapped__ = exit_
-    graph.__exit__ = exit_ending_the_route
+    capture_end.__tracepool_wrapped__ = end
+    graph_class.capture_begin, graph_class.capture_end = capture_begin, capture_end
 
 
 def _lend_frames(run_backward: Any) -> Any:
