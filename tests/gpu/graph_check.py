@@ -375,10 +375,13 @@ def compare(paths):
         per_round = [statistics.median(t["bench"][name]) / statistics.median(n["bench"][name])
                      for n, t in zip(native, traced)
                      if isinstance(n["bench"].get(name), list) and isinstance(t["bench"].get(name), list)]
+        missing = ["%s round %d: %s" % (r["allocator"], i + 1, str(r["bench"].get(name, "not run"))[:120])
+                   for rounds in (native, traced) for i, r in enumerate(rounds)
+                   if not isinstance(r["bench"].get(name), list)]
         rows.append(["meets" if ratio <= 1.02 else "misses", step,
-                     "%.3fx (native %.2f us, tracepool %.2f us per step, medians of %d reps; per-round ratios %s)"
-                     % (ratio, statistics.median(n_times), statistics.median(t_times), len(t_times),
-                        " ".join("%.3f" % r for r in per_round))])
+                     "%.3fx (native %.2f us, tracepool %.2f us per step, medians of %d and %d reps; per-round ratios %s)%s"
+                     % (ratio, statistics.median(n_times), statistics.median(t_times), len(n_times), len(t_times),
+                        " ".join("%.3f" % r for r in per_round), "; no times from " + "; ".join(missing) if missing else "")])
     return rows
 
 
