@@ -71,6 +71,7 @@ void allocator::unlock_after_fork(bool child) {
   // In the child, with everything still locked: a backend the child cannot use (CUDA) takes its
   // device work with it, so that frees of inherited blocks wait for nothing.
   const bool forget = child && !backend_->usable_in_child();
+  if (child) gate_.forget_passes();  // a parent thread inside empty_cache holds one and no lock
   if (forget) device_inherited_.store(true, std::memory_order_relaxed);
   observers_.unlock_after_fork();
   backend_->unlock_after_fork();

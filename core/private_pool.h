@@ -94,6 +94,8 @@ class capture_gate {
   // Closes the gate (one more open route); route_opened returns once no pass is in flight.
   void route_opened();
   void route_closed() { open_routes_.fetch_sub(1, std::memory_order_seq_cst); }
+  // In a forked child: the passes of the parent's other threads went with them (Note [Fork]).
+  void forget_passes() { in_flight_.store(0, std::memory_order_seq_cst); }
 
  private:
   std::atomic<int> open_routes_{0};

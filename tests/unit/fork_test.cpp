@@ -137,3 +137,45 @@ TEST(Fork, ChildrenOfABusyProcessNeverHangAndInheritAConsistentPool) {
 
 }  // namespace
 }  // namespace tracepool::core
+
+namespace tracepool::core {
+namespace {
+// Holds the thread that empties the cache inside its first segment release (a capture-gate pass
+// held, no lock) until the test lets it go.
+struct hold_in_release final : observer {
+  std::atomic<bool> inside{false}, go{false};
+  unsigned events() const override { return segment_events; }
+  void on_segment_free(const segment_event&) override {
+    if (inside.exchange(true)) return;
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+};
+}  // namespace
+
+// A fork while another thread is inside empty_cache: the child opens a private pool's route (which
+// waits for the capture gate's passes in flight) without waiting for the parent's thread, which is
+// not there.
+TEST(Fork, AChildOpensARouteWhileTheParentEmptiedTheCache) {
+  auto a = host_allocator();
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(30 << 20, 0, nullptr, &p), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  static hold_in_release holder;  // observers outlive their allocator
+  holder.inside = false;
+  holder.go = false;
+  ASSERT_EQ(a->subscribe(&holder), status::ok);
+  std::thread emptier([&] { EXPECT_EQ(a->empty_cache(-1), status::ok); });
+  while (!holder.inside.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const bool ok = a->begin_pool(0, 9, nullptr, nullptr, nullptr) == status::ok && a->end_pool(0, 9) == status::ok;
+    _exit(ok ? 0 : 1);
+  }
+  bool hung = false;
+  const int result = wait_bounded(pid, 20, &hung);
+  holder.go = true;
+  emptier.join();
+  EXPECT_FALSE(hung) << "the child waited for a pass of a thread it does not have";
+  EXPECT_EQ(result, 0);
+}
+}  // namespace tracepool::core
