@@ -98,8 +98,10 @@ class capture_gate {
   void forget_passes() { in_flight_.store(0, std::memory_order_seq_cst); }
 
  private:
-  std::atomic<int> open_routes_{0};
-  mutable std::atomic<int> in_flight_{0};
+  // On lines of their own: open_routes_ is read by every allocation and free, in_flight_ written by
+  // passes; neither may share a line with anything written often.
+  alignas(64) std::atomic<int> open_routes_{0};
+  alignas(64) mutable std::atomic<int> in_flight_{0};
 };
 
 // The open routes of one allocator. Locking: mutex_ is taken alone, before any allocator lock.

@@ -27,11 +27,13 @@ status stream_reuse::poll_fence() {
 uint64_t stream_reuse::on_free(bool stream_alive) {
   ++free_seq_;
   if (!stream_alive) return free_seq_;
-  const capture_gate::pass open(gate_);
-  if (!open) return free_seq_;
   // No fence in flight: record one now (cost: one cuEventRecord). Otherwise look at the clock only
-  // every poll_every frees, and at the driver only once poll_interval has passed.
-  if (fence_event_ == nullptr || frees_until_check_-- == 0) maintain_fence();
+  // every poll_every frees, and at the driver only once poll_interval has passed. The gate's pass is
+  // taken only then: most frees touch nothing shared.
+  if (fence_event_ == nullptr || frees_until_check_-- == 0) {
+    if (const capture_gate::pass open(gate_); open) maintain_fence();
+    else frees_until_check_ = poll_every;  // during a capture: look again later
+  }
   return free_seq_;
 }
 
