@@ -113,7 +113,7 @@ class route_table {
   route_table& operator=(const route_table&) = delete;
 
   status open(const route& r);
-  // Closes every route of `pool` on `device`; returns how many were open.
+  // Closes the route of `pool` on `device` (there is at most one); returns how many were open.
   size_t close(int device, uint64_t pool);
   // The pool an allocation on (device, stream) goes to: the newest route that accepts it, else 0.
   uint64_t pool_for(int device, void* stream);
