@@ -34,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "size_class.h"
 #include "tracepool/tracepool.h"
 
 extern "C" {
@@ -346,12 +347,11 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
                      " is reserved by PyTorch but unallocated.\ntracepool: ", why);
   }
 
-  // The size PyTorch's message names: the segment the request needs (as PyTorch's allocator sizes it).
+  // The size PyTorch's message names: the segment the request needs (tracepool sizes segments as
+  // PyTorch does, base/size_class.h); a request beyond the largest tracepool serves, as asked.
   static size_t segment_size(size_t size) {
-    constexpr size_t mib = size_t{1} << 20;
-    if (size <= mib) return 2 * mib;
-    if (size < 10 * mib) return 20 * mib;
-    return (size + 2 * mib - 1) / (2 * mib) * (2 * mib);
+    using namespace tracepool::core;
+    return size <= max_request ? segment_size_for(round_size(size)) : size;
   }
 
   std::atomic<int> devices_{0};
