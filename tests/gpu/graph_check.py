@@ -346,7 +346,16 @@ def compare(paths):
     if not native or not traced:
         return [["FAIL", "CUDA graphs (graph_check.py)", "missing output: native %d, tracepool %d files"
                  % (len(native), len(traced))]]
-    n0, t0 = native[0]["checks"], traced[0]["checks"]
+    # The checks come from the first process of each allocator that ran any, the benchmarks from
+    # every process that ran them.
+    n0 = next((r["checks"] for r in native if r["checks"]), None)
+    t0 = next((r["checks"] for r in traced if r["checks"]), None)
+    if n0 is None or t0 is None:
+        rows.append(["FAIL", "CUDA graphs (graph_check.py)", "no process ran the checks: native %s, tracepool %s"
+                     % ("ran" if n0 else "none", "ran" if t0 else "none")])
+        n0, t0 = n0 or {}, t0 or {}
+    native = [r for r in native if r["bench"]]
+    traced = [r for r in traced if r["bench"]]
     for name in CHECKS:
         if name not in t0:
             continue
@@ -375,7 +384,7 @@ def compare(paths):
         per_round = [statistics.median(t["bench"][name]) / statistics.median(n["bench"][name])
                      for n, t in zip(native, traced)
                      if isinstance(n["bench"].get(name), list) and isinstance(t["bench"].get(name), list)]
-        missing = ["%s round %d: %s" % (r["allocator"], i + 1, str(r["bench"].get(name, "not run"))[:120])
+        missing = ["%s bench process %d: %s" % (r["allocator"], i + 1, str(r["bench"].get(name, "not run"))[:120])
                    for rounds in (native, traced) for i, r in enumerate(rounds)
                    if not isinstance(r["bench"].get(name), list)]
         rows.append(["meets" if ratio <= 1.02 else "misses", step,

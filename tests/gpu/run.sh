@@ -448,6 +448,34 @@ for s in "${SEEDS[@]}"; do
     >>"$OUT/torch.log"
 done
 
+# ---- 5b. CUDA graphs, reduce-overhead, MemPool, OOM observers (tests/gpu/graph_check.py) ------------
+# One process per allocator runs every check; then four fresh processes (order ABBA) run the graph
+# benchmarks, two rounds each (a process that ran the checks is not timed: under PyTorch's own
+# allocator the failed capture, run last, leaves its pool's route open). graph_check.py compare gives
+# the rows. Before the PyTorch benchmarks, so that a short budget skips those rather than these.
+# torch.compile's kernels are cached on disk after the first process, so later compiles are quick.
+graph_step() {
+  local name=$1 t rc
+  shift
+  t=$(budget 120 40)
+  printf '\n==== graph_check.py %s (limit %s s, %s) ====\n' "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
+  timeout -k 5 "$t" "$PY" tests/gpu/graph_check.py run "$@" --out "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
+  rc=$?
+  echo "==== exit status $rc" >>"$OUT/torch.log"
+  [[ -f $WORK/graph.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
+    "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
+}
+graph_step native.1 --allocator native
+graph_step tracepool.1 --allocator tracepool
+graph_step tracepool.2 --allocator tracepool --checks "" --bench
+graph_step native.2 --allocator native --checks "" --bench
+graph_step native.3 --allocator native --checks "" --bench
+graph_step tracepool.3 --allocator tracepool --checks "" --bench
+while IFS= read -r line; do ROWS+=("$line"); done < <(
+  python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.{1,2,3}.json -- "$WORK"/graph.tracepool.{1,2,3}.json 2>&1 \
+    | grep -E '^[A-Za-z]+\|' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
+
 # Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;
 # inference: ResNet-18 at batch 1; the ResNet-50 and GPT-2 training steps). native also times each
 # under PyTorch's own history (stacks python, then all). tracepool is untagged (capture:off), tp_python
@@ -468,30 +496,6 @@ bench_round() {
 bench_round 1 native tracepool tp_python tp_history tp_all
 for a in minimal timed; do NEED=40 torch_step "bench.$a" 1 gpt2_step,resnet_step "$a"; done
 bench_round 2 tp_all tp_history tp_python tracepool native
-
-# ---- 5b. CUDA graphs, reduce-overhead, MemPool, OOM observers (tests/gpu/graph_check.py) ------------
-# One process per allocator: round 1 runs every check and the graph benchmarks, round 2 (reverse
-# order) the benchmarks again; graph_check.py compare gives the rows. torch.compile's kernels are
-# cached on disk after the first process, so later compiles are quick.
-graph_step() {
-  local name=$1 t rc
-  shift
-  t=$(budget 120 40)
-  printf '\n==== graph_check.py %s (limit %s s, %s) ====\n' "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
-  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
-  timeout -k 5 "$t" "$PY" tests/gpu/graph_check.py run "$@" --out "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
-  rc=$?
-  echo "==== exit status $rc" >>"$OUT/torch.log"
-  [[ -f $WORK/graph.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
-    "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
-}
-graph_step native.1 --allocator native --bench
-graph_step tracepool.1 --allocator tracepool --bench
-graph_step tracepool.2 --allocator tracepool --checks "" --bench
-graph_step native.2 --allocator native --checks "" --bench
-while IFS= read -r line; do ROWS+=("$line"); done < <(
-  python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.{1,2}.json -- "$WORK"/graph.tracepool.{1,2}.json 2>&1 \
-    | grep -E '^[A-Za-z]+\|' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
 
 while IFS= read -r line; do ROWS+=("$line"); done < <(
   { python3 tests/gpu/torch_check.py report "$WORK" || echo "FAIL|torch report|torch_check.py report failed"; } 2>&1 \
