@@ -263,6 +263,23 @@ fi
 TRACEPOOL_CONF=backend:host gtest_step "unit tests (host backend)" "$BUILD/tests/tracepool_unit_tests" \
   "$OUT/unit.log" 0
 
+# The C (find_package and pkg-config), C++ and ctypes examples, built against an install of this build
+# as CI builds them, run on CUDA (tests/install/examples.cmake); their output goes to conformance.log.
+t=$(budget 90 20)
+if ((t == 0)); then
+  row SKIP "examples on CUDA (C, C++, ctypes)" "time budget spent"
+else
+  passed=() failed=()
+  for e in c c_pkgconfig cpp ctypes; do
+    if timeout -k 5 "$t" cmake -DBUILD_DIR="$BUILD" -DEXAMPLES="$ROOT/examples" -DWORK_DIR="$WORK/examples_$e" \
+      -DCC="${CC:-cc}" -DPYTHON=python3 -DEXAMPLE="$e" -DBACKEND=cuda -P tests/install/examples.cmake \
+      >>"$WORK/examples.log" 2>&1; then passed+=("$e"); else failed+=("$e"); fi
+  done
+  { echo; echo "==== examples on CUDA (tests/install/examples.cmake) ===="; cat "$WORK/examples.log"; } >>"$OUT/conformance.log"
+  if ((${#failed[@]})); then row FAIL "examples on CUDA (C, C++, ctypes)" "failed: ${failed[*]}; passed: ${passed[*]:-none} (conformance.log)"
+  else row PASS "examples on CUDA (C, C++, ctypes)" "${passed[*]}: each built against an install and its leak flagged GROWING at its site"; fi
+fi
+
 # The capture probe: which driver calls break a CUDA graph capture (Note [Capture-safe calls] in
 # core/backend/cuda_backend.cpp). Its table goes to conformance.log; the row counts what broke.
 PROBE=$BUILD/tests/gpu/tracepool_capture_probe
