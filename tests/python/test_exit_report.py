@@ -46,8 +46,11 @@ def test_ctrl_c_at_top_level_still_writes_the_report(exit_report):
 
 
 def test_sigint_during_a_loop_still_writes_the_report(exit_report):
+    # Ctrl-C as a terminal delivers it. A process started in the background by a shell without job
+    # control inherits SIGINT ignored, and Python then installs no handler: restore the default one.
     script = (
         "import os, signal, tracepool\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         + KEPT
         + "for i in range(1000000):\n"
         "    tracepool.free(tracepool.alloc(4096))\n"
