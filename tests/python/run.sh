@@ -24,6 +24,11 @@ fi
 py="$root/.venv/bin/python"
 "$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=8,<10"
 "$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+# CuPy and Numba, for tracepool.cupy's and tracepool.numba's tests (both import without a GPU). Pinned:
+# the glue leans on CuPy's CFunctionAllocator and on Numba's memory-manager classes. Where they import
+# already (the GPU machine has its own), nothing is fetched.
+"$py" -c "import cupy, numba.cuda" 2>/dev/null ||
+  "$py" -m pip install -q --disable-pip-version-check "cupy-cuda13x==14.2.0" "numba==0.68.1" "numba-cuda==0.30.4"
 
 # From outside the source tree, so that bindings/python/tracepool cannot stand in for the installed package.
 work="$(mktemp -d)"

@@ -15,7 +15,7 @@ import tracepool
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "leaky_training.py"
-OPTIONS_OF_RUN = ["--conf", "--output", "-o", "--format", "--top", "--no-torch", "-m"]
+OPTIONS_OF_RUN = ["--conf", "--output", "-o", "--format", "--top", "--no-torch", "--no-cupy", "--no-numba", "-m"]
 
 
 def tracepool_cli(*args, cwd=None, conf="backend:host"):

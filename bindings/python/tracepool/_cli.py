@@ -130,6 +130,17 @@ def _parser():
         help="do not make tracepool PyTorch's allocator, even if PyTorch is installed: only allocations "
         "through tracepool's own API are tracked",
     )
+    run.add_argument(
+        "--no-cupy",
+        action="store_true",
+        help="do not make tracepool CuPy's allocator (by default it becomes CuPy's when the program imports CuPy)",
+    )
+    run.add_argument(
+        "--no-numba",
+        action="store_true",
+        help="do not make tracepool Numba's CUDA memory manager (by default NUMBA_CUDA_MEMORY_MANAGER is set to "
+        "tracepool.numba unless the environment names another)",
+    )
     run.add_argument("-m", dest="module", metavar="module", help="run a module as `python -m module` would")
     run.add_argument("script", nargs="?", help="the Python file to run (unless -m is given)")
     run.add_argument("args", nargs="*", help="the program's own arguments (sys.argv[1:])")
@@ -178,16 +189,19 @@ def _split_run_argv(argv):
 
 
 def _install(options):
-    """Makes tracepool the allocator the program will use. Returns None, or raises UsageError."""
+    """Makes tracepool the allocator of every runtime the program may use: PyTorch first (before anything
+    initialises CUDA), then CuPy when the program imports it, and Numba through its environment
+    variable. One process-wide instance serves them all. Returns None, or raises UsageError."""
     import tracepool
 
     conf = options.conf
+    torch_done = False
     if not options.no_torch and importlib.util.find_spec("torch") is not None:
         import tracepool.torch
 
         try:
             tracepool.torch.install(conf)
-            return
+            torch_done = True
         except tracepool.Error as e:
             raise UsageError("--conf: %s" % e) from None
         except RuntimeError as e:
@@ -195,12 +209,30 @@ def _install(options):
                 "tracepool: PyTorch left with its own allocator (%s); tracking tracepool's own API only" % e,
                 file=sys.stderr,
             )
+    if not torch_done:
+        try:
+            if conf is not None:
+                tracepool.configure(conf)
+            tracepool.stats()  # creates the default instance now, so a bad configuration fails here
+        except tracepool.Error as e:
+            raise UsageError("--conf: %s" % e if conf is not None else str(e)) from None
+    if not options.no_cupy and importlib.util.find_spec("cupy") is not None:
+        from tracepool._after_import import after_import
+
+        after_import("cupy", _install_cupy)
+    if not options.no_numba and importlib.util.find_spec("numba") is not None:
+        chosen = os.environ.setdefault("NUMBA_CUDA_MEMORY_MANAGER", "tracepool.numba")
+        if chosen != "tracepool.numba":
+            print("tracepool: Numba keeps NUMBA_CUDA_MEMORY_MANAGER=%s" % chosen, file=sys.stderr)
+
+
+def _install_cupy(cupy):
+    import tracepool.cupy
+
     try:
-        if conf is not None:
-            tracepool.configure(conf)
-        tracepool.stats()  # creates the default instance now, so a bad configuration fails here
-    except tracepool.Error as e:
-        raise UsageError("--conf: %s" % e if conf is not None else str(e)) from None
+        tracepool.cupy.install()
+    except RuntimeError as e:  # the program goes on with CuPy's own pool, and is told
+        print("tracepool: CuPy left with its own allocator (%s)" % e, file=sys.stderr)
 
 
 def _program_traceback(exc):
