@@ -40,6 +40,17 @@ tag_registry& registry() {
 
 thread_local uint32_t tls_tags = 0;
 
+// This thread's last push. A host's allocation hook pushes and pops its runtime's tag around every
+// allocation (tracepool.cupy's "cupy"): repeated, that push costs a compare of the label, and its pop
+// none, instead of the registry's lock. Nodes never change once made, so reading one needs no lock.
+struct last_push {
+  uint32_t parent = 0;
+  uint32_t node = 0;  // 0: none yet
+  size_t length = 0;
+  char label[max_label_bytes + 1] = {};
+};
+thread_local last_push tls_last;
+
 }  // namespace
 
 uint32_t current_tags() { return tls_tags; }
@@ -58,6 +69,14 @@ status check_label(const char* what, const char* label) {
 }
 
 status push_tag(const char* label) {
+  last_push& last = tls_last;
+  if (last.node != 0 && last.parent == tls_tags && label != nullptr) {
+    const size_t n = strnlen(label, max_label_bytes + 1);
+    if (n == last.length && std::memcmp(label, last.label, n) == 0) {  // checked when it was first pushed
+      tls_tags = last.node;
+      return status::ok;
+    }
+  }
   if (status s = check_label("tag_push", label); s != status::ok) return s;
   tag_registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -73,12 +92,20 @@ status push_tag(const char* label) {
     r.nodes.push_back(tag_node{tls_tags, lit->second, depth + 1});
     nit = r.node_ids.emplace(key, static_cast<uint32_t>(r.nodes.size() - 1)).first;
   }
+  last.parent = tls_tags;
+  last.node = nit->second;
+  last.length = std::strlen(label);  // at most max_label_bytes: checked above
+  std::memcpy(last.label, label, last.length);
   tls_tags = nit->second;
   return status::ok;
 }
 
 status pop_tag() {
   if (tls_tags == 0) return fail(status::invalid_argument, "tag_pop: no tag is pushed on this thread");
+  if (tls_tags == tls_last.node) {  // the last push's node: its parent is known
+    tls_tags = tls_last.parent;
+    return status::ok;
+  }
   tag_registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   tls_tags = r.nodes[tls_tags].parent;

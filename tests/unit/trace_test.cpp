@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <thread>
 #include <vector>
@@ -91,6 +92,41 @@ TEST(Tags, NestedPushesNameTheSetOutermostFirst) {
   ASSERT_EQ(pop_tag(), status::ok);
   EXPECT_EQ(current_tags(), 0u);
   EXPECT_EQ(push_tag("bad\nlabel"), status::invalid_argument);
+}
+
+// A push repeated around every allocation (a host's hook) takes a per-thread shortcut: it must give the
+// same sets as the registry, whatever buffer the label comes in and whatever was pushed around it.
+TEST(Tags, RepeatedPushesAndPopsKeepTheRegistrysSets) {
+  ASSERT_EQ(current_tags(), 0u);
+  char buffer[16] = "cupy";
+  ASSERT_EQ(push_tag(buffer), status::ok);
+  const uint32_t cupy = current_tags();
+  ASSERT_EQ(pop_tag(), status::ok);
+  std::strcpy(buffer, "numba");  // the same address, another label
+  ASSERT_EQ(push_tag(buffer), status::ok);
+  EXPECT_EQ(tag_labels(current_tags()), (std::vector<std::string>{"numba"}));
+  ASSERT_EQ(pop_tag(), status::ok);
+  ASSERT_EQ(push_tag("epoch"), status::ok);  // another parent: "cupy" under it is another set
+  ASSERT_EQ(push_tag("cupy"), status::ok);
+  EXPECT_EQ(tag_labels(current_tags()), (std::vector<std::string>{"epoch", "cupy"}));
+  ASSERT_EQ(pop_tag(), status::ok);
+  ASSERT_EQ(pop_tag(), status::ok);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(push_tag("cupy"), status::ok);
+    EXPECT_EQ(current_tags(), cupy);
+    ASSERT_EQ(pop_tag(), status::ok);
+    EXPECT_EQ(current_tags(), 0u);
+  }
+  ASSERT_EQ(push_tag("cupy"), status::ok);
+  ASSERT_EQ(push_tag("cupy"), status::ok);  // nested under itself: a new set, then back
+  EXPECT_EQ(tag_labels(current_tags()), (std::vector<std::string>{"cupy", "cupy"}));
+  ASSERT_EQ(pop_tag(), status::ok);
+  EXPECT_EQ(current_tags(), cupy);
+  ASSERT_EQ(pop_tag(), status::ok);
+  EXPECT_EQ(current_tags(), 0u);
+  EXPECT_EQ(pop_tag(), status::invalid_argument);
+  std::string too_long(max_label_bytes + 1, 'x');  // the shortcut never skips the checks of a new label
+  EXPECT_EQ(push_tag(too_long.c_str()), status::invalid_argument);
 }
 
 TEST(Sampler, WeightIsTheInverseOfTheSampleProbability) {
