@@ -493,6 +493,33 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
   python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.{1,2,3}.json -- "$WORK"/graph.tracepool.{1,2,3}.json 2>&1 \
     | grep -E '^[A-Za-z]+\|' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
 
+# ---- 5c. CuPy, Numba, and PyTorch + CuPy + Numba in one process (tests/gpu/hosts_check.py) ----------
+# One process per allocator runs the checks (native: each runtime its own pool; tracepool: one pool for
+# all three), then six fresh processes (native, tracepool, tracepool_off, then the reverse) time CuPy
+# and Numba loops; hosts_check.py compare gives the rows.
+hosts_step() {
+  local name=$1 t rc
+  shift
+  t=$(budget 120 40)
+  printf '\n==== hosts_check.py %s (limit %s s, %s) ====\n' "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
+  timeout -k 5 "$t" "$PY" tests/gpu/hosts_check.py run "$@" --out "$WORK/hosts.$name.json" >>"$OUT/torch.log" 2>&1
+  rc=$?
+  echo "==== exit status $rc" >>"$OUT/torch.log"
+  [[ -f $WORK/hosts.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
+    "$WORK/hosts.$name.json" >>"$OUT/torch.log" 2>&1
+}
+hosts_step native.1 --allocator native
+hosts_step tracepool.1 --allocator tracepool
+round=2
+for a in native tracepool tracepool_off tracepool_off tracepool native; do
+  hosts_step "$a.$round" --allocator "$a" --checks "" --bench
+  [[ $a == tracepool_off && $round == 2 ]] && round=3
+done
+while IFS= read -r line; do ROWS+=("$line"); done < <(
+  python3 tests/gpu/hosts_check.py compare "$WORK"/hosts.*.json 2>&1 \
+    | grep -E '^[A-Za-z]+\|' || echo "FAIL|CuPy/Numba|hosts_check.py compare printed nothing")
+
 # Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;
 # inference: ResNet-18 at batch 1; the ResNet-50 and GPT-2 training steps). native also times each
 # under PyTorch's own history (stacks python, then all). tracepool is untagged (capture:off), tp_python

@@ -80,6 +80,8 @@ def test_cupy_allocations_are_tracepool_blocks_tagged_cupy_at_the_callers_line(c
 def test_cupy_an_error_of_cupys_stream_function_is_raised_and_nothing_is_allocated(cupy_hooks):
     # Without a driver CuPy's get_current_stream_ptr fails: the hook must pass CuPy's own error on.
     cupy = _host("cupy")
+    if cupy.is_available():
+        pytest.skip("a GPU is here: CuPy's stream function works (the GPU check covers it)")
     make, module = cupy_hooks
     _tracepool._cupy_hooks(module._stream_capsule(), module.OutOfMemoryError)
     before = live_blocks()
