@@ -11,7 +11,8 @@
 // capsule "intptr_t (void)" in cupy_backends.cuda.stream.__pyx_capi__), called with the GIL held, so
 // an array is allocated on the stream CuPy's kernels for it run on, and tracepool's stream rules keep
 // reuse safe (same stream at once, another stream after an event). Without the capsule, stream 0.
-// A free needs no stream: the block remembers its own.
+// A free needs no stream: the block remembers its own. Without the capsule tracepool.cupy refuses to
+// install (stream 0 would be wrong under `with cupy.cuda.Stream():`).
 //
 // Failures: CuPy does not check a NULL return (it would make an array at address 0), so malloc sets a
 // Python exception and throws; Cython's `except +` then keeps the Python exception. Out of memory is
@@ -46,16 +47,26 @@ void* cupy_malloc(void* /*param*/, size_t size, int device_id) {
   intptr_t stream = 0;
   if (current_stream != nullptr) {
     stream = current_stream();
-    if (stream == -1 && PyErr_Occurred() != nullptr) throw python_error_set();
+    if (PyErr_Occurred() != nullptr) throw python_error_set();  // whatever value it returned
+    // CuPy's per-thread default stream has one handle in every thread: tracepool would take two
+    // threads' streams for one and reuse a block across them with no event between.
+    if (stream == 2) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      "tracepool.cupy: CuPy's per-thread default stream (cupy.cuda.Stream.ptds, handle 2) is not "
+                      "supported: its handle is the same in every thread; use a cupy.cuda.Stream of your own");
+      throw python_error_set();
+    }
   }
+  // The GIL stays held (CuPy holds it here; GIL then allocator is the lock order). Released, a daemon
+  // thread re-taking it while the interpreter finalises is unwound by force, and CuPy's `except +`
+  // handler swallows that unwind: the process aborts.
   void* ptr = nullptr;
   const char* message = nullptr;
   int status = TRACEPOOL_OK;
-  // Without the GIL, as every tracepool call from Python: the frame provider reads this thread's
-  // frames as it does under a PyTorch op, and a thread waiting on the device stalls nobody.
-  PyThreadState* saved = PyEval_SaveThread();
-  if (tracepool_t* tp = tracepool_default(); tp == nullptr) {
+  tracepool_t* tp = tracepool_default();
+  if (tp == nullptr) {
     status = TRACEPOOL_ERR_UNAVAILABLE;
+    message = tracepool_last_error();
   } else if (tracepool_tag_push("cupy") == TRACEPOOL_OK) {  // the report says which runtime asked
     status = tracepool_malloc(tp, size, device_id, reinterpret_cast<void*>(stream), &ptr);
     if (status != TRACEPOOL_OK) message = tracepool_last_error();  // thread-local: before the next call
@@ -68,7 +79,6 @@ void* cupy_malloc(void* /*param*/, size_t size, int device_id) {
     status = TRACEPOOL_ERR_INTERNAL;
     message = tracepool_last_error();
   }
-  PyEval_RestoreThread(saved);
   if (status == TRACEPOOL_OK) return ptr;
   set_python_error(status, message, status == TRACEPOOL_ERR_OOM ? oom_class : nullptr);
   throw python_error_set();

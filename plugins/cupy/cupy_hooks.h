@@ -7,7 +7,7 @@
 #include <cstdint>
 
 // Before CuPy may call the hooks, with the GIL held: `stream_capsule` is CuPy's get_current_stream_ptr
-// capsule ("intptr_t (void)"), or None for stream 0; `oom` the class raised for out of memory. False
+// capsule ("intptr_t (void)"), or None for stream 0 (tests only); `oom` the class raised for out of memory. False
 // with a Python error set if the capsule is not that function.
 bool cupy_hooks_install(PyObject* stream_capsule, PyObject* oom);
 // The hooks' addresses, for cupy.cuda.memory.CFunctionAllocator(param, malloc, free, owner).

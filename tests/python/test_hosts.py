@@ -47,9 +47,10 @@ def cupy_hooks():
     import tracepool.cupy
 
     tracepool.cupy.install()
-    allocator = tracepool.cupy._state["allocator"]
     # CuPy's current-stream function needs a driver (it counts devices on first use): here, stream 0.
+    # The hooks are the ones install() gave CuPy.
     malloc, free = _tracepool._cupy_hooks(None, tracepool.cupy.OutOfMemoryError)
+    assert (malloc, free) == tracepool.cupy._state["hooks"]
 
     def make(size):
         # What CFunctionAllocator.malloc makes for each allocation: the hooks called from Cython.
@@ -57,7 +58,6 @@ def cupy_hooks():
 
     yield make, tracepool.cupy
     tracepool.cupy.uninstall()
-    assert allocator is not None
 
 
 def make_cupy_array_memory(make):
@@ -213,9 +213,14 @@ def test_numba_memalloc_is_a_tracepool_block_tagged_numba_freed_by_its_finalizer
     assert pointer.size == 5 << 20 and int(pointer.device_ctypes_pointer.value) != 0
     assert live_blocks() == before + 1
     assert tagged_site(report, "numba", "numba_device_array_memory")["bytes"] == 5 << 20
+    address = int(pointer.device_ctypes_pointer.value)
     pointer.free()  # what Numba's finalizer does when the array dies
     assert live_blocks() == before
-    assert _tracepool.alloc(5 << 20) != 0  # the fenced block is reusable (the event completed)
+    again = _tracepool.alloc(5 << 20)
+    try:
+        assert again == address  # the fenced block is reused once its event completed
+    finally:
+        _tracepool.free(again)
 
 
 def test_numba_manager_interface(numba_manager):
@@ -263,7 +268,8 @@ def test_numba_env_selects_the_module_and_the_simulator_is_told(run_python):
 
 
 def test_hosts_import_without_their_runtimes():
-    # Importing the glue never imports the runtime: tracepool.cupy and tracepool.numba load anywhere.
+    # tracepool.cupy never imports CuPy until install(); tracepool.numba imports Numba (its manager
+    # class must exist for NUMBA_CUDA_MEMORY_MANAGER) but loads without a GPU.
     code = (
         "import sys, tracepool.cupy, tracepool.numba\n"
         "print('cupy' in sys.modules)\n"
@@ -278,16 +284,19 @@ def test_hosts_import_without_their_runtimes():
 
 PROBE = """
 import os, sys
-print("cupy imported before the program:", "cupy" in sys.modules)
+print("cupy imported before the program:", "cupy" in sys.modules, "numba:", "numba" in sys.modules)
 import cupy
 import tracepool.cupy
 print("cupy installed:", tracepool.cupy.installed())
-print("numba manager:", os.environ.get("NUMBA_CUDA_MEMORY_MANAGER"))
+import numba.cuda
+from numba.cuda.cudadrv import driver
+print("numba manager:", getattr(driver._memory_manager, "__name__", None))
+print("variable:", os.environ.get("NUMBA_CUDA_MEMORY_MANAGER"))
 """
 
 
 @pytest.mark.parametrize("flags", [[], ["--no-cupy", "--no-numba"]])
-def test_run_installs_into_cupy_when_imported_and_numba_by_its_variable(tmp_path, flags):
+def test_run_installs_into_cupy_and_numba_when_the_program_imports_them(tmp_path, flags):
     _host("cupy")
     _host("numba.cuda")
     script = tmp_path / "probe.py"
@@ -297,6 +306,139 @@ def test_run_installs_into_cupy_when_imported_and_numba_by_its_variable(tmp_path
     done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", *flags, str(script)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
-    assert "cupy imported before the program: False" in done.stdout  # never imported for nothing
+    assert "cupy imported before the program: False numba: False" in done.stdout  # never imported for nothing
     assert ("cupy installed: %s" % (not flags)) in done.stdout
-    assert ("numba manager: %s" % (None if flags else "tracepool.numba")) in done.stdout
+    assert ("numba manager: %s" % (None if flags else "TracepoolMemoryManager")) in done.stdout
+    assert "variable: None" in done.stdout  # nothing a child process would inherit
+
+
+# ---- Review findings: each failed before its fix ------------------------------------------------------
+
+
+def test_cupy_daemon_threads_allocating_while_python_exits_do_not_abort(run_python):
+    _host("cupy")
+    done = run_python(
+        """
+        import threading, cupy, tracepool.cupy
+        from tracepool import _tracepool
+        tracepool.cupy.install()
+        malloc, free = _tracepool._cupy_hooks(None, tracepool.cupy.OutOfMemoryError)
+        started = threading.Barrier(5)
+        def churn():
+            started.wait()
+            while True:
+                cupy.cuda.memory.CFunctionAllocatorMemory(4096, 0, malloc, free, 0)
+        for _ in range(4):
+            threading.Thread(target=churn, daemon=True).start()
+        started.wait()
+        print("exiting")
+        """
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "exiting" in done.stdout
+
+
+def test_cupy_stream_handle_2_is_refused_with_the_reason(cupy_hooks):
+    import ctypes
+
+    make, module = cupy_hooks
+    returns_2 = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(lambda: 2)
+    capsule = _capsule_at(ctypes.cast(returns_2, ctypes.c_void_p).value, b"intptr_t (void)")
+    _tracepool._cupy_hooks(capsule, module.OutOfMemoryError)
+    before = live_blocks()
+    try:
+        with pytest.raises(RuntimeError, match="per-thread default stream"):
+            make(4096)
+    finally:
+        _tracepool._cupy_hooks(None, module.OutOfMemoryError)
+    assert live_blocks() == before
+
+
+def _capsule_at(pointer, name):
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyCapsule_New.restype = ctypes.py_object
+    api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    keep = ctypes.create_string_buffer(name)  # a capsule keeps a pointer to its name
+    _capsule_at.kept = getattr(_capsule_at, "kept", []) + [keep]
+    return api.PyCapsule_New(pointer, keep, None)
+
+
+def test_cupy_without_a_stream_function_install_refuses(monkeypatch):
+    _host("cupy")
+    import tracepool.cupy
+
+    monkeypatch.setattr(tracepool.cupy, "_stream_capsule", lambda: None)
+    with pytest.raises(RuntimeError, match="offers no get_current_stream_ptr"):
+        tracepool.cupy.install()
+    assert not tracepool.cupy.installed()
+
+
+def test_cupy_out_of_memory_pickles_and_is_one_class_across_installs(cupy_hooks):
+    import pickle
+
+    make, module = cupy_hooks
+    with pytest.raises(module.OutOfMemoryError) as caught:
+        make(1 << 45)
+    back = pickle.loads(pickle.dumps(caught.value))
+    assert type(back) is module.OutOfMemoryError and str(back) == str(caught.value)
+    assert back.status == caught.value.status
+    first = module.OutOfMemoryError
+    module.uninstall()
+    module.install()
+    assert module.OutOfMemoryError is first
+    from tracepool.cupy import OutOfMemoryError
+
+    assert OutOfMemoryError is first
+
+
+def test_after_import_survives_a_find_spec_first_and_keeps_the_real_loader(run_python):
+    _host("cupy")
+    done = run_python(
+        """
+        import importlib.resources, importlib.util, pkgutil
+        from tracepool._after_import import after_import
+        ran = []
+        after_import("cupy", lambda m: ran.append(m.__name__))
+        assert importlib.util.find_spec("cupy") is not None  # looks, loads nothing
+        assert ran == []
+        import cupy
+        print("ran:", ran)
+        print("resources:", (importlib.resources.files(cupy) / "__init__.py").is_file())
+        print("get_data:", len(pkgutil.get_data("cupy", "__init__.py") or b"") > 0)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ran: ['cupy']" in done.stdout
+    assert "resources: True" in done.stdout and "get_data: True" in done.stdout
+
+
+def test_run_reports_a_failed_cupy_install_and_the_import_still_works(monkeypatch, capsys):
+    _host("cupy")
+    import tracepool.cupy
+    from tracepool import _cli
+
+    def broken():
+        raise TypeError("a CuPy this tracepool does not know")
+
+    monkeypatch.setattr(tracepool.cupy, "install", broken)
+    _cli._install_cupy(None)  # what the import hook calls: must not raise into `import cupy`
+    assert "tracepool: CuPy left with its own allocator (TypeError: a CuPy this tracepool does not know)" in (
+        capsys.readouterr().err)
+
+
+def test_numba_memalloc_of_nothing_frees_nothing(run_python):
+    _host("numba.cuda")
+    done = run_python(
+        """
+        import gc, tracepool.numba
+        m = tracepool.numba.TracepoolMemoryManager(context=None)
+        p = m.memalloc(0)
+        del p
+        gc.collect()
+        print("done")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "done" in done.stdout and "Exception ignored" not in done.stderr, done.stderr

@@ -138,8 +138,8 @@ def _parser():
     run.add_argument(
         "--no-numba",
         action="store_true",
-        help="do not make tracepool Numba's CUDA memory manager (by default NUMBA_CUDA_MEMORY_MANAGER is set to "
-        "tracepool.numba unless the environment names another)",
+        help="do not make tracepool Numba's CUDA memory manager (by default it becomes it when the program imports "
+        "numba.cuda, unless NUMBA_CUDA_MEMORY_MANAGER names another)",
     )
     run.add_argument("-m", dest="module", metavar="module", help="run a module as `python -m module` would")
     run.add_argument("script", nargs="?", help="the Python file to run (unless -m is given)")
@@ -216,23 +216,35 @@ def _install(options):
             tracepool.stats()  # creates the default instance now, so a bad configuration fails here
         except tracepool.Error as e:
             raise UsageError("--conf: %s" % e if conf is not None else str(e)) from None
-    if not options.no_cupy and importlib.util.find_spec("cupy") is not None:
-        from tracepool._after_import import after_import
+    from tracepool._after_import import after_import
 
+    if not options.no_cupy and importlib.util.find_spec("cupy") is not None:
         after_import("cupy", _install_cupy)
     if not options.no_numba and importlib.util.find_spec("numba") is not None:
-        chosen = os.environ.setdefault("NUMBA_CUDA_MEMORY_MANAGER", "tracepool.numba")
-        if chosen != "tracepool.numba":
+        chosen = os.environ.get("NUMBA_CUDA_MEMORY_MANAGER", "default")
+        if chosen not in ("default", "tracepool.numba"):
             print("tracepool: Numba keeps NUMBA_CUDA_MEMORY_MANAGER=%s" % chosen, file=sys.stderr)
+        else:
+            after_import("numba.cuda", _install_numba)
 
 
+# Run inside the program's `import cupy` / `import numba.cuda`: a failure must not fail that import.
 def _install_cupy(cupy):
     import tracepool.cupy
 
     try:
         tracepool.cupy.install()
-    except RuntimeError as e:  # the program goes on with CuPy's own pool, and is told
-        print("tracepool: CuPy left with its own allocator (%s)" % e, file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - the program goes on with CuPy's own pool, and is told
+        print("tracepool: CuPy left with its own allocator (%s: %s)" % (type(e).__name__, e), file=sys.stderr)
+
+
+def _install_numba(numba_cuda):
+    try:
+        import tracepool.numba
+
+        tracepool.numba.install()
+    except Exception as e:  # noqa: BLE001 - the program goes on with Numba's own manager, and is told
+        print("tracepool: Numba left with its own memory manager (%s: %s)" % (type(e).__name__, e), file=sys.stderr)
 
 
 def _program_traceback(exc):

@@ -17,7 +17,8 @@ allocated before install() (install frees its cache, free_cached=False keeps it)
 total_bytes() and free_all_blocks() say nothing about tracepool. Use tracepool.stats(),
 tracepool.empty_cache() and the reports instead. Not supported: CuPy's per-thread default stream
 (CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1), whose handle is the same number in every thread; install()
-refuses it rather than let two threads' streams share blocks unsafely.
+refuses it (and an allocation on cupy.cuda.Stream.ptds fails, saying why) rather than let two
+threads' streams share blocks unsafely.
 """
 
 from __future__ import annotations
@@ -53,21 +54,41 @@ def _stream_capsule():
     return None
 
 
-def _oom_class(cupy):
-    base = cupy.cuda.memory.OutOfMemoryError
-
-    class OutOfMemoryError(base, tracepool.OutOfMemoryError):
-        """Out of device memory under tracepool: CuPy's cupy.cuda.memory.OutOfMemoryError and
-        tracepool.OutOfMemoryError at once; the message is tracepool's (who holds the memory)."""
-
-        def __init__(self, message):  # CuPy's __init__ takes (size, total): not called
-            MemoryError.__init__(self, message)
-
-    OutOfMemoryError.__module__ = __name__
-    return OutOfMemoryError
+_oom = None  # the one class, made from the first CuPy seen
 
 
-OutOfMemoryError: type | None = None  # made by install(), from the CuPy it finds
+def _rebuild_oom(message, status):
+    error = _oom_class()(message)
+    error.status = status
+    return error
+
+
+def _oom_class():
+    global _oom
+    if _oom is None:
+        base = _cupy().cuda.memory.OutOfMemoryError
+
+        class OutOfMemoryError(base, tracepool.OutOfMemoryError):
+            """Out of device memory under tracepool: CuPy's cupy.cuda.memory.OutOfMemoryError and
+            tracepool.OutOfMemoryError at once; the message is tracepool's (who holds the memory)."""
+
+            def __init__(self, message):  # CuPy's __init__ takes (size, total): not called
+                MemoryError.__init__(self, message)
+
+            def __reduce__(self):  # pickled by its message and status (multiprocessing, Dask)
+                return _rebuild_oom, (str(self), getattr(self, "status", None))
+
+        OutOfMemoryError.__module__ = __name__
+        OutOfMemoryError.__qualname__ = "OutOfMemoryError"
+        _oom = OutOfMemoryError
+    return _oom
+
+
+def __getattr__(name):
+    # tracepool.cupy.OutOfMemoryError exists wherever CuPy does, installed or not, and is one class.
+    if name == "OutOfMemoryError":
+        return _oom_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def install(conf: str | None = None, *, free_cached: bool = True) -> None:
@@ -75,10 +96,10 @@ def install(conf: str | None = None, *, free_cached: bool = True) -> None:
 
     ``conf`` configures tracepool's process-wide instance first (``TRACEPOOL_CONF`` syntax), as
     tracepool.configure; the instance is shared with PyTorch and Numba. ``free_cached`` gives CuPy's
-    own pool's cache back to the device first. Raises RuntimeError (CuPy missing, the per-thread
-    default stream on) or tracepool.Error (a bad configuration). A second call does nothing.
+    own pool's cache back to the device first. Raises RuntimeError (CuPy missing, or without the
+    stream function tracepool needs; the per-thread default stream on) or tracepool.Error (a bad
+    configuration). A second call does nothing.
     """
-    global OutOfMemoryError
     cupy = _cupy()
     if os.environ.get("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0"):
         raise RuntimeError(
@@ -88,11 +109,16 @@ def install(conf: str | None = None, *, free_cached: bool = True) -> None:
         )
     if _state:
         return
+    capsule = _stream_capsule()
+    if capsule is None:
+        raise RuntimeError(
+            "tracepool.cupy: CuPy %s offers no get_current_stream_ptr, so tracepool cannot allocate on CuPy's "
+            "current stream; tracepool.cupy is tested with CuPy 14" % cupy.__version__
+        )
     if conf is not None:
         tracepool.configure(conf)
     tracepool.stats(0)  # the process-wide instance now: a bad configuration fails here, not in a kernel
-    oom = _oom_class(cupy)
-    malloc, free = _tracepool._cupy_hooks(_stream_capsule(), oom)
+    malloc, free = _tracepool._cupy_hooks(capsule, _oom_class())
     allocator = cupy.cuda.memory.CFunctionAllocator(0, malloc, free, _tracepool)
     previous = cupy.cuda.get_allocator()
     if free_cached:
@@ -101,8 +127,7 @@ def install(conf: str | None = None, *, free_cached: bool = True) -> None:
         except Exception:  # noqa: BLE001 - no device yet: nothing is cached either
             pass
     cupy.cuda.set_allocator(allocator.malloc)
-    OutOfMemoryError = oom
-    _state.update(allocator=allocator, previous=previous)
+    _state.update(allocator=allocator, previous=previous, hooks=(malloc, free))
 
 
 def installed() -> bool:

@@ -6,10 +6,13 @@
 
 Device arrays then come from tracepool's process-wide pool, the one PyTorch and CuPy use, tagged
 "numba" and attributed to the Python line that made them. Numba's EMM passes no stream, on allocation
-or free: an allocation is made on the legacy default stream, and a free is fenced by an event on the
-legacy default stream, which completes only after the work already queued on every blocking stream
-(Numba's own streams are blocking). So a block is reused only once no kernel queued before its free
-can still touch it, whatever stream that kernel ran on. Pinned and mapped host memory are Numba's
+or free: an allocation is made on stream 0 (the legacy default stream), and a free is fenced by an
+event recorded on the legacy default stream, which completes only after the work already queued on
+every blocking stream (Numba's own streams are blocking). So a block is reused only once no kernel
+queued before its free on a blocking stream can still touch it. Work on a non-blocking stream (one of
+PyTorch's side streams, a cupy.cuda.Stream(non_blocking=True)) is not ordered with the legacy stream:
+a Numba array used there must be synchronised before it dies, as with Numba's own manager. Each free
+is one event record on the legacy stream, which orders it after every blocking stream's queued work. Pinned and mapped host memory are Numba's
 own (HostOnlyCUDAMemoryManager). IPC handles come from the segment that holds the block (Numba's
 GetIpcHandleMixin: cuMemGetAddressRange, then an offset). numba.cuda.close() resets the context that
 tracepool's CUDA memory lives in, as it does for any memory manager: do not call it while tracepool
@@ -82,6 +85,8 @@ else:
                 ptr = _tracepool.alloc(size, self._device(), 0)
             finally:
                 _tracepool.tag_pop()
+            if ptr == 0:  # size 0: no memory, nothing to free
+                return MemoryPointer(self.context, _device_pointer(0), size, finalizer=None)
             # The finalizer holds the address only: not the MemoryPointer, not this manager.
             return MemoryPointer(self.context, _device_pointer(ptr), size, finalizer=lambda: _free(ptr))
 
