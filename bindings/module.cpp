@@ -20,8 +20,6 @@
 #include <optional>
 #include <string>
 
-#include "cupy_hooks.h"
-#include "python_errors.h"
 #include "python_frames.h"
 #include "tracepool/tracepool.h"
 
@@ -61,35 +59,18 @@ PyObject* class_for(int status) {
   return Error.object;
 }
 
-}  // namespace
-
-// The Python error of a failed call (python_errors.h).
-void set_python_error(int status, const char* message, PyObject* cls) {
-  if (cls == nullptr) cls = class_for(status);
-  const char* text = message != nullptr && *message != '\0' ? message : tracepool_status_string(status);
-  // A message may quote a path that is not UTF-8: undecodable bytes become U+FFFD, not a second error.
-  PyObject* decoded = PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "replace");
-  if (decoded == nullptr) return;
-  PyObject* error = PyObject_CallOneArg(cls, decoded);
-  Py_DECREF(decoded);
-  if (error == nullptr) return;
-  PyObject* code = PyLong_FromLong(status);
-  if (code == nullptr || PyObject_SetAttrString(error, "status", code) != 0) {
-    Py_XDECREF(code);
-    Py_DECREF(error);
-    return;
-  }
-  Py_DECREF(code);
-  PyErr_SetObject(cls, error);
-  Py_DECREF(error);
-}
-
-namespace {
-
 // Raises the class for `status`, carrying the status as its `status` attribute. `message` is
 // tracepool_last_error() of the failed call, read on the thread that made it.
 [[noreturn]] void raise_status(int status, const char* message) {
-  set_python_error(status, message, nullptr);
+  py::handle cls(class_for(status));
+  const char* text = message != nullptr && *message != '\0' ? message : tracepool_status_string(status);
+  // A message may quote a path that is not UTF-8: undecodable bytes become U+FFFD, not a second error.
+  const py::str decoded =
+      py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "replace"));
+  if (!decoded) throw py::error_already_set();
+  py::object error = cls(decoded);
+  error.attr("status") = status;
+  PyErr_SetObject(cls.ptr(), error.ptr());
   throw py::error_already_set();
 }
 
@@ -336,14 +317,6 @@ PYBIND11_MODULE(_tracepool, m) {
         return py::make_tuple(free_bytes, total_bytes);
       },
       py::arg("device"), "(free, total) bytes of the device, as the backend reports them.");
-  m.def(
-      "_cupy_hooks",
-      [](py::object stream_capsule, py::object oom_class) {
-        if (!cupy_hooks_install(stream_capsule.ptr(), oom_class.ptr())) throw py::error_already_set();
-        return py::make_tuple(cupy_malloc_address(), cupy_free_address());
-      },
-      py::arg("stream_capsule"), py::arg("oom_class"),
-      "tracepool.cupy: installs CuPy's stream function and OOM class; (malloc, free) hook addresses.");
   m.def("stats", &flat_stats, py::arg("device"), "torch.cuda.memory_stats()-style flat statistics of a device.");
   m.def("nested_stats", &nested_stats, py::arg("device"),
         "The statistics in the nested layout of torch._C._cuda_memoryStats().");

@@ -1,6 +1,8 @@
-// cupy_hooks.cpp: CuPy's CFunctionAllocator hooks over the process-wide instance, built into the
-// extension tracepool._tracepool (they need the interpreter: CuPy's stream and exceptions are Python's).
-// tracepool.cupy.install() passes their addresses to cupy.cuda.memory.CFunctionAllocator.
+// cupy_hooks.cpp: tracepool.cupy._hooks, an extension of its own that holds CuPy's CFunctionAllocator
+// hooks over the process-wide instance (they need the interpreter: CuPy's stream and exceptions are
+// Python's). It links libtracepool.so and nothing of the package's own extension: the classes it
+// raises are handed to install(). tracepool.cupy.install() passes the hooks' addresses to
+// cupy.cuda.memory.CFunctionAllocator.
 //
 // What CuPy gives them (cupy/cuda/memory.pyx, CuPy 14; ../shared/notes/hooks_and_rmm.md section 2):
 //   void* malloc(void* param, size_t size, int device_id)   declared `except +`, called with the GIL
@@ -19,24 +21,51 @@
 // tracepool.cupy's OutOfMemoryError, both CuPy's cupy.cuda.memory.OutOfMemoryError and
 // tracepool.OutOfMemoryError, with tracepool's message (who holds the memory); anything else is
 // tracepool's class for the status.
-#include <Python.h>
+// clang-format off: pybind11 (Python.h) first, as it sets feature macros that system headers read.
+#include <pybind11/pybind11.h>
+// clang-format on
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string_view>
 
-#include "cupy_hooks.h"
-#include "python_errors.h"
 #include "tracepool/tracepool.h"
+
+namespace py = pybind11;
 
 namespace {
 
 using stream_fn = intptr_t (*)();
 
-// Set once by cupy_hooks_install, with the GIL held, before CuPy can call a hook; never released.
+// Set by install(), with the GIL held, before CuPy can call a hook; the objects are never released.
 stream_fn current_stream = nullptr;
-PyObject* oom_class = nullptr;
+PyObject* oom_class = nullptr;      // tracepool.cupy.OutOfMemoryError
+PyObject* error_classes = nullptr;  // {status: tracepool's class for it}
+
+// Sets the Python error of a failed call: `cls` (tracepool's class for the status where NULL) made from
+// tracepool's message, with the status as its `status` attribute. If that fails, its failure is set.
+void set_error(int status, const char* message, PyObject* cls) {
+  PyObject* code = PyLong_FromLong(status);
+  if (code == nullptr) return;
+  if (cls == nullptr) cls = PyDict_GetItemWithError(error_classes, code);  // borrowed
+  if (cls == nullptr && PyErr_Occurred() == nullptr) cls = PyExc_RuntimeError;
+  if (cls == nullptr) {  // the lookup failed: its error is the one set
+    Py_DECREF(code);
+    return;
+  }
+  const char* text = message != nullptr && *message != '\0' ? message : tracepool_status_string(status);
+  // A message may quote a path that is not UTF-8: undecodable bytes become U+FFFD, not a second error.
+  PyObject* error = nullptr;
+  if (PyObject* decoded = PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "replace")) {
+    error = PyObject_CallOneArg(cls, decoded);
+    Py_DECREF(decoded);
+  }
+  if (error != nullptr && PyObject_SetAttrString(error, "status", code) == 0) PyErr_SetObject(cls, error);
+  Py_XDECREF(error);
+  Py_DECREF(code);
+}
 
 // Thrown after the Python error is set: Cython's `except +` handler sees the error and keeps it.
 struct python_error_set : std::exception {
@@ -80,7 +109,7 @@ void* cupy_malloc(void* /*param*/, size_t size, int device_id) {
     message = tracepool_last_error();
   }
   if (status == TRACEPOOL_OK) return ptr;
-  set_python_error(status, message, status == TRACEPOOL_ERR_OOM ? oom_class : nullptr);
+  set_error(status, message, status == TRACEPOOL_ERR_OOM ? oom_class : nullptr);
   throw python_error_set();
 }
 
@@ -93,28 +122,37 @@ void cupy_free(void* /*param*/, void* ptr, int /*device_id*/) noexcept {
   std::fprintf(stderr, "tracepool.cupy: free of %p refused: %s\n", ptr, tracepool_last_error());
 }
 
-}  // namespace
-
-bool cupy_hooks_install(PyObject* stream_capsule, PyObject* oom) {
-  stream_fn fn = nullptr;
-  if (stream_capsule != Py_None) {
-    // The capsule's name is the function's C signature; any other would be called wrongly.
-    const char* name = PyCapsule_GetName(stream_capsule);
-    if (name == nullptr) return false;
-    if (std::string_view(name) != "intptr_t (void)") {
-      PyErr_Format(PyExc_TypeError, "tracepool.cupy: CuPy's get_current_stream_ptr has signature '%s', not "
-                   "'intptr_t (void)'", name);
-      return false;
-    }
-    fn = reinterpret_cast<stream_fn>(PyCapsule_GetPointer(stream_capsule, name));
-    if (fn == nullptr) return false;
-  }
-  Py_INCREF(oom);
-  Py_XDECREF(oom_class);
-  oom_class = oom;
-  current_stream = fn;
-  return true;
+// install(): the capsule must be exactly the function the hooks call.
+stream_fn stream_function(const py::object& capsule) {
+  if (capsule.is_none()) return nullptr;  // stream 0: tests without a driver only
+  const char* name = PyCapsule_GetName(capsule.ptr());
+  if (name == nullptr) throw py::error_already_set();
+  if (std::string_view(name) != "intptr_t (void)")
+    throw py::type_error(std::string("tracepool.cupy: CuPy's get_current_stream_ptr has signature '") + name +
+                         "', not 'intptr_t (void)'");
+  auto fn = reinterpret_cast<stream_fn>(PyCapsule_GetPointer(capsule.ptr(), name));
+  if (fn == nullptr) throw py::error_already_set();
+  return fn;
 }
 
-uintptr_t cupy_malloc_address() { return reinterpret_cast<uintptr_t>(&cupy_malloc); }
-uintptr_t cupy_free_address() { return reinterpret_cast<uintptr_t>(&cupy_free); }
+}  // namespace
+
+PYBIND11_MODULE(_hooks, m) {
+  m.doc() = "CuPy's CFunctionAllocator hooks over tracepool's process-wide instance; use tracepool.cupy.";
+  m.def(
+      "install",
+      [](py::object stream_capsule, py::object oom, py::dict classes) {
+        const stream_fn fn = stream_function(stream_capsule);
+        oom.inc_ref();  // kept for the life of the process, as the hooks may run at its very end
+        classes.inc_ref();
+        Py_XDECREF(oom_class);
+        Py_XDECREF(error_classes);
+        oom_class = oom.ptr();
+        error_classes = classes.ptr();
+        current_stream = fn;
+        return py::make_tuple(reinterpret_cast<uintptr_t>(&cupy_malloc), reinterpret_cast<uintptr_t>(&cupy_free));
+      },
+      py::arg("stream_capsule"), py::arg("oom_class"), py::arg("error_classes"),
+      "Sets CuPy's current-stream function (a capsule, or None for stream 0), the class raised for out of "
+      "memory and {status: class} for the rest; returns the (malloc, free) hook addresses.");
+}

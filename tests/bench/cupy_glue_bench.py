@@ -32,8 +32,7 @@ def main():
     from tracepool import _tracepool
 
     tracepool.stats(0)
-    oom = tracepool.cupy.OutOfMemoryError
-    malloc, free = _tracepool._cupy_hooks(None, oom)  # stream 0: CuPy's stream function needs a driver
+    malloc, free = tracepool.cupy._install_hooks(None)  # stream 0: CuPy's stream function needs a driver
     make = cupy.cuda.memory.CFunctionAllocatorMemory
 
     def c_hooks(n):

@@ -49,7 +49,7 @@ def cupy_hooks():
     tracepool.cupy.install()
     # CuPy's current-stream function needs a driver (it counts devices on first use): here, stream 0.
     # The hooks are the ones install() gave CuPy.
-    malloc, free = _tracepool._cupy_hooks(None, tracepool.cupy.OutOfMemoryError)
+    malloc, free = tracepool.cupy._install_hooks(None)
     assert (malloc, free) == tracepool.cupy._state["hooks"]
 
     def make(size):
@@ -83,7 +83,7 @@ def test_cupy_an_error_of_cupys_stream_function_is_raised_and_nothing_is_allocat
     if cupy.is_available():
         pytest.skip("a GPU is here: CuPy's stream function works (the GPU check covers it)")
     make, module = cupy_hooks
-    _tracepool._cupy_hooks(module._stream_capsule(), module.OutOfMemoryError)
+    tracepool.cupy._install_hooks(module._stream_capsule())
     before = live_blocks()
     with pytest.raises(cupy.cuda.runtime.CUDARuntimeError):
         make(4096)
@@ -129,7 +129,7 @@ def test_cupy_free_of_a_pointer_tracepool_never_gave_is_told_not_fatal(run_pytho
         import ctypes, tracepool, tracepool.cupy
         from tracepool import _tracepool
         tracepool.cupy.install()
-        malloc, free = _tracepool._cupy_hooks(None, tracepool.cupy.OutOfMemoryError)
+        malloc, free = tracepool.cupy._install_hooks(None)
         ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(free)(None, 4096, 0)
         print("alive", tracepool.stats()["num_invalid_frees"])
         """
@@ -163,7 +163,7 @@ def test_cupy_stream_function_with_another_signature_is_refused():
     assert capsule is not None, "this CuPy has no get_current_stream_ptr capsule"
     wrong = _capsule_named(capsule, b"int (void)")
     with pytest.raises(TypeError, match="has signature 'int \\(void\\)'"):
-        _tracepool._cupy_hooks(wrong, MemoryError)
+        tracepool.cupy._install_hooks(wrong)
 
 
 def _capsule_named(capsule, name):
@@ -322,7 +322,7 @@ def test_cupy_daemon_threads_allocating_while_python_exits_do_not_abort(run_pyth
         import threading, cupy, tracepool.cupy
         from tracepool import _tracepool
         tracepool.cupy.install()
-        malloc, free = _tracepool._cupy_hooks(None, tracepool.cupy.OutOfMemoryError)
+        malloc, free = tracepool.cupy._install_hooks(None)
         started = threading.Barrier(5)
         def churn():
             started.wait()
@@ -344,13 +344,13 @@ def test_cupy_stream_handle_2_is_refused_with_the_reason(cupy_hooks):
     make, module = cupy_hooks
     returns_2 = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(lambda: 2)
     capsule = _capsule_at(ctypes.cast(returns_2, ctypes.c_void_p).value, b"intptr_t (void)")
-    _tracepool._cupy_hooks(capsule, module.OutOfMemoryError)
+    tracepool.cupy._install_hooks(capsule)
     before = live_blocks()
     try:
         with pytest.raises(RuntimeError, match="per-thread default stream"):
             make(4096)
     finally:
-        _tracepool._cupy_hooks(None, module.OutOfMemoryError)
+        tracepool.cupy._install_hooks(None)
     assert live_blocks() == before
 
 

@@ -4,7 +4,8 @@
     tracepool.cupy.install()          # before the arrays you want tracked
     x = cupy.ones(1 << 20)            # tracepool memory, tagged "cupy", attributed to this line
 
-install() hands CuPy C hooks (cupy.cuda.memory.CFunctionAllocator): each allocation is one C call
+install() hands CuPy C hooks (cupy.cuda.memory.CFunctionAllocator, from tracepool.cupy._hooks): each
+allocation is one C call
 from CuPy's Cython code, no Python in between, on the stream CuPy's kernels for it run on (its current
 stream, read through CuPy's own C function). Frees need no stream: the block remembers its own, and
 tracepool reuses it on that stream at once and on other streams only after an event (as PyTorch's
@@ -91,6 +92,14 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
+def _install_hooks(capsule):
+    """(malloc, free) of tracepool.cupy._hooks, set to call `capsule` for the stream (None: stream 0)."""
+    from tracepool.cupy import _hooks
+
+    classes = {code: cls for code, _, cls in _tracepool._statuses}
+    return _hooks.install(capsule, _oom_class(), classes)
+
+
 def install(conf: str | None = None, *, free_cached: bool = True) -> None:
     """Makes tracepool CuPy's allocator for every thread (cupy.cuda.set_allocator).
 
@@ -118,7 +127,7 @@ def install(conf: str | None = None, *, free_cached: bool = True) -> None:
     if conf is not None:
         tracepool.configure(conf)
     tracepool.stats(0)  # the process-wide instance now: a bad configuration fails here, not in a kernel
-    malloc, free = _tracepool._cupy_hooks(capsule, _oom_class())
+    malloc, free = _install_hooks(capsule)
     allocator = cupy.cuda.memory.CFunctionAllocator(0, malloc, free, _tracepool)
     previous = cupy.cuda.get_allocator()
     if free_cached:
