@@ -11,7 +11,6 @@ inputs: bitwise equal, up to 1e-6 where a kernel's reduction order may depend on
 prints "STATUS|step|detail" rows; the benchmark rows give tracepool's median time per step over
 native's (runs interleaved by run.sh) with the spread of the per-round ratios.
 """
-import argparse
 import faulthandler
 import json
 import os
@@ -19,6 +18,8 @@ import statistics
 import sys
 import time
 import traceback
+
+from check_cli import close, main
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, before torch loads it
 faulthandler.enable()  # a crash prints the Python stack
@@ -330,14 +331,6 @@ def run(args):
         json.dump(out, f)
 
 
-def _close(a, b):
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
-    return a == b
-
-
 def compare(paths):
     split = paths.index("--")
     native = [json.load(open(p)) for p in paths[:split] if os.path.exists(p)]
@@ -367,7 +360,7 @@ def compare(paths):
             rows.append(["PASS", step, t["detail"]])
         elif n.get("status") != "ok":
             rows.append(["FAIL", step, "native failed (%s); tracepool: %s" % (n.get("detail"), t["detail"])])
-        elif not _close(n["result"], t["result"]):
+        elif not close(n["result"], t["result"]):
             rows.append(["FAIL", step, "results differ: native %s, tracepool %s" % (n["result"], t["result"])])
         else:
             rows.append(["PASS", step, "equal results; " + t["detail"]])
@@ -394,23 +387,5 @@ def compare(paths):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--allocator", choices=("native", "tracepool"), required=True)
-    r.add_argument("--checks", default=",".join(CHECKS))
-    r.add_argument("--bench", action="store_true")
-    r.add_argument("--out", required=True)
-    c = sub.add_parser("compare")
-    c.add_argument("paths", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
-    if args.cmd == "run":
-        run(args)
-    else:
-        for row in compare(args.paths):
-            print("|".join(str(x) for x in row))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(CHECKS, ("native", "tracepool"), run, compare))

@@ -12,7 +12,6 @@ seeded, so the allocators compute the same numbers: `compare` requires equal res
 "STATUS|step|detail" rows, and the benchmark rows give tracepool's median time per step over
 native's, with and without call sites, from processes interleaved by run.sh.
 """
-import argparse
 import faulthandler
 import json
 import os
@@ -20,6 +19,8 @@ import statistics
 import sys
 import time
 import traceback
+
+from check_cli import close, main
 
 faulthandler.enable()
 
@@ -284,14 +285,6 @@ def run(args):
         json.dump(out, f)
 
 
-def _close(a, b):
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float):
-        return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
-    return a == b
-
-
 def compare(paths):
     runs = [json.load(open(p)) for p in paths if os.path.exists(p)]
     by = {name: [r for r in runs if r["allocator"] == name] for name in ("native", "tracepool", "tracepool_off")}
@@ -322,7 +315,7 @@ def compare(paths):
             n = n0.get(name, {})
             if n.get("status") != "ok":
                 rows.append(["FAIL", step, "native failed (%s); tracepool: %s" % (n.get("detail"), t["detail"])])
-            elif not _close(n["result"], t["result"]):
+            elif not close(n["result"], t["result"]):
                 rows.append(["FAIL", step, "results differ: native %s, tracepool %s" % (n["result"], t["result"])])
             else:
                 rows.append(["PASS", step, "equal to the runtime's own allocator; " + t["detail"]])
@@ -347,23 +340,5 @@ def compare(paths):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--allocator", choices=("native", "tracepool", "tracepool_off"), required=True)
-    r.add_argument("--checks", default=",".join(CHECKS))
-    r.add_argument("--bench", action="store_true")
-    r.add_argument("--out", required=True)
-    c = sub.add_parser("compare")
-    c.add_argument("paths", nargs="+")
-    args = parser.parse_args()
-    if args.cmd == "run":
-        run(args)
-    else:
-        for row in compare(args.paths):
-            print("|".join(str(x) for x in row))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(CHECKS, ("native", "tracepool", "tracepool_off"), run, compare))

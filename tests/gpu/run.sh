@@ -471,24 +471,26 @@ done
 # allocator the failed capture, run last, leaves its pool's route open). graph_check.py compare gives
 # the rows. Before the PyTorch benchmarks, so that a short budget skips those rather than these.
 # torch.compile's kernels are cached on disk after the first process, so later compiles are quick.
-graph_step() {
-  local name=$1 t rc
-  shift
+# check_step KIND NAME [ARGS]: one process of tests/gpu/KIND_check.py (graph, hosts) writing
+# WORK/KIND.NAME.json; its output and the traces of its failed checks go to torch.log.
+check_step() {
+  local kind=$1 name=$2 t rc
+  shift 2
   t=$(budget 120 40)
-  printf '\n==== graph_check.py %s (limit %s s, %s) ====\n' "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  printf '\n==== %s_check.py %s (limit %s s, %s) ====\n' "$kind" "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
   if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
-  timeout -k 5 "$t" "$PY" tests/gpu/graph_check.py run "$@" --out "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
+  timeout -k 5 "$t" "$PY" "tests/gpu/${kind}_check.py" run "$@" --out "$WORK/$kind.$name.json" >>"$OUT/torch.log" 2>&1
   rc=$?
   echo "==== exit status $rc" >>"$OUT/torch.log"
-  [[ -f $WORK/graph.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
-    "$WORK/graph.$name.json" >>"$OUT/torch.log" 2>&1
+  [[ -f $WORK/$kind.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
+    "$WORK/$kind.$name.json" >>"$OUT/torch.log" 2>&1
 }
-graph_step native.1 --allocator native
-graph_step tracepool.1 --allocator tracepool
-graph_step tracepool.2 --allocator tracepool --checks "" --bench
-graph_step native.2 --allocator native --checks "" --bench
-graph_step native.3 --allocator native --checks "" --bench
-graph_step tracepool.3 --allocator tracepool --checks "" --bench
+check_step graph native.1 --allocator native
+check_step graph tracepool.1 --allocator tracepool
+check_step graph tracepool.2 --allocator tracepool --checks "" --bench
+check_step graph native.2 --allocator native --checks "" --bench
+check_step graph native.3 --allocator native --checks "" --bench
+check_step graph tracepool.3 --allocator tracepool --checks "" --bench
 while IFS= read -r line; do ROWS+=("$line"); done < <(
   python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.{1,2,3}.json -- "$WORK"/graph.tracepool.{1,2,3}.json 2>&1 \
     | grep -E '^[A-Za-z]+\|' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
@@ -497,23 +499,11 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
 # One process per allocator runs the checks (native: each runtime its own pool; tracepool: one pool for
 # all three), then six fresh processes (native, tracepool, tracepool_off, then the reverse) time CuPy
 # and Numba loops; hosts_check.py compare gives the rows.
-hosts_step() {
-  local name=$1 t rc
-  shift
-  t=$(budget 120 40)
-  printf '\n==== hosts_check.py %s (limit %s s, %s) ====\n' "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
-  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
-  timeout -k 5 "$t" "$PY" tests/gpu/hosts_check.py run "$@" --out "$WORK/hosts.$name.json" >>"$OUT/torch.log" 2>&1
-  rc=$?
-  echo "==== exit status $rc" >>"$OUT/torch.log"
-  [[ -f $WORK/hosts.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
-    "$WORK/hosts.$name.json" >>"$OUT/torch.log" 2>&1
-}
-hosts_step native.1 --allocator native
-hosts_step tracepool.1 --allocator tracepool
+check_step hosts native.1 --allocator native
+check_step hosts tracepool.1 --allocator tracepool
 round=2
 for a in native tracepool tracepool_off tracepool_off tracepool native; do
-  hosts_step "$a.$round" --allocator "$a" --checks "" --bench
+  check_step hosts "$a.$round" --allocator "$a" --checks "" --bench
   [[ $a == tracepool_off && $round == 2 ]] && round=3
 done
 while IFS= read -r line; do ROWS+=("$line"); done < <(

@@ -2,20 +2,9 @@
 # find_package(tracepool) and checks the pkg-config file. Run by ctest: cmake -P check.cmake.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
-  set(last_output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-set(flags "")
-if(SANITIZE STREQUAL "address")
-  set(flags "-fsanitize=address,undefined")
-elseif(SANITIZE STREQUAL "thread")
-  set(flags "-fsanitize=thread")
-endif()
+sanitizer_flags(flags)
 # A sanitized library needs a consumer linked with the same sanitizer runtime.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix}
     "-DCMAKE_C_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")

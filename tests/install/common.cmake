@@ -1,0 +1,20 @@
+# What the install scripts (check.cmake, examples.cmake) share: run(COMMAND...) fails the script with
+# the command's output unless it exits 0, and leaves its stdout in last_output; sanitizer_flags(VAR)
+# gives the flags a consumer needs to link with a library built with TRACEPOOL_SANITIZE=SANITIZE.
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+function(sanitizer_flags var)
+  set(flags "")
+  if(SANITIZE STREQUAL "address")
+    set(flags "-fsanitize=address,undefined")
+  elseif(SANITIZE STREQUAL "thread")
+    set(flags "-fsanitize=thread")
+  endif()
+  set(${var} "${flags}" PARENT_SCOPE)
+endfunction()
