@@ -19,7 +19,7 @@ import sys
 import time
 import traceback
 
-from check_cli import close, main
+from check_cli import close, line_of, main
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, before torch loads it
 faulthandler.enable()  # a crash prints the Python stack
@@ -236,26 +236,18 @@ def check_report_pool(torch, allocator):
     pools = report.get("pools")
     if not pools:
         raise AssertionError("no 'pools' group in the report")
-    line = _line_of("<graph-capture>")
+    line = line_of(__file__, "<graph-capture>")
     named = [p for p in pools if any(f.get("line") == line and f.get("file", "").endswith("graph_check.py")
                                      for f in p.get("frames", []))]
     if not named:
         raise AssertionError("no pool named by graph_check.py:%d: %s" % (line, json.dumps(pools)[:300]))
-    leaks = [s for s in report.get("leaks", []) if any(f.get("line") == _line_of("y = x * 3 + 1")
+    leaks = [s for s in report.get("leaks", []) if any(f.get("line") == line_of(__file__, "y = x * 3 + 1")
                                                           for f in s.get("frames", []))]
     if leaks:
         raise AssertionError("the graph's output is also among the leaks: %s" % json.dumps(leaks)[:300])
     del y, g
     return None, "pool group '%s', %d bytes, created at graph_check.py:%d; %d of its blocks among leaks" % (
         named[0].get("label"), named[0].get("bytes", 0), line, len(leaks))
-
-
-def _line_of(marker):
-    with open(__file__) as f:
-        for number, text in enumerate(f, 1):
-            if marker in text and "_line_of" not in text:
-                return number
-    return -1
 
 
 # ---- Benchmark: replay allocates nothing, so tracepool must cost nothing -----------------------------

@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-from check_cli import close, main
+from check_cli import close, line_of, main
 
 faulthandler.enable()
 
@@ -46,19 +46,11 @@ def _install(allocator):
     tracepool.numba.install()
 
 
-def _marker_line(marker):
-    with open(__file__) as f:
-        for number, text in enumerate(f, 1):
-            if marker in text and "_marker_line" not in text:
-                return number
-    return -1
-
-
 def _growing_site(tag, marker):
     """The report's leaked site tagged `tag` whose innermost Python frame is this file's `marker` line."""
     import tracepool
 
-    line = _marker_line(marker)
+    line = line_of(__file__, marker)
     report = json.loads(tracepool.report("json"))
     for site in report["leaks"]:
         python = [f for f in site["frames"] if f["kind"] == "python"]
@@ -162,8 +154,8 @@ def check_mixed_one_pool(allocator):
         python = [f for f in site["frames"] if f["kind"] == "python"]
         if python and python[0]["file"].endswith("hosts_check.py"):
             lines[python[0]["line"]] = site["tags"]
-    want = {"torch": _marker_line("# MIXED_TORCH"), "cupy": _marker_line("# MIXED_CUPY"),
-            "numba": _marker_line("# MIXED_NUMBA")}
+    want = {"torch": line_of(__file__, "# MIXED_TORCH"), "cupy": line_of(__file__, "# MIXED_CUPY"),
+            "numba": line_of(__file__, "# MIXED_NUMBA")}
     missing = [k for k, line in want.items() if line not in lines]
     if held < 3 or missing:
         raise AssertionError("tracepool holds %d new blocks; sites missing from the report: %s (sites: %s)"
