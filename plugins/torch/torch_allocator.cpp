@@ -311,9 +311,12 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void* allocate_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
     tracepool_t* tp = instance();
     void* ptr = nullptr;
+    // Tagged "torch": with CuPy and Numba in the same pool, the report says which runtime asked.
+    const bool tagged = tracepool_tag_push("torch") == TRACEPOOL_OK;
     const int rc = tracepool_malloc(tp, size, device, stream, &ptr);
+    const std::string why = rc == TRACEPOOL_OK ? std::string() : tracepool_last_error();  // before the pop
+    if (tagged) (void)tracepool_tag_pop();
     if (rc == TRACEPOOL_OK) return ptr;
-    const std::string why = tracepool_last_error();
     TORCH_CHECK_WITH(OutOfMemoryError, size < (uint64_t{1} << 60), "CUDA out of memory. Tried to allocate more than 1EB memory.");
     if (rc == TRACEPOOL_ERR_OOM || rc == TRACEPOOL_ERR_INVALID_ARGUMENT) out_of_memory(tp, size, device, why);
     TORCH_CHECK(false, "tracepool: ", tracepool_status_string(rc), ": ", why);

@@ -34,8 +34,12 @@ void* tracepool_torch_alloc(size_t size, int device, void* stream) {
     tell(entry_default, TRACEPOOL_ERR_UNAVAILABLE);
     return nullptr;
   }
+  // Tagged "torch": in a process where CuPy and Numba share the pool, the report says which runtime
+  // asked (a repeated push costs a compare; tags.cpp).
   void* ptr = nullptr;
+  const bool tagged = tracepool_tag_push("torch") == TRACEPOOL_OK;
   const int rc = tracepool_malloc(tp, size, device, stream, &ptr);
+  if (tagged) (void)tracepool_tag_pop();
   if (rc != TRACEPOOL_OK) tell(entry_alloc, rc);
   return ptr;
 }

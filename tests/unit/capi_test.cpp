@@ -229,6 +229,12 @@ TEST(CApiTorch, EntryPointsUseTheDefaultInstance) {
   ASSERT_NE(p, nullptr);
   ASSERT_EQ(tracepool_get_stats(tp, 0, &during), TRACEPOOL_OK);
   EXPECT_EQ(during.allocation.current, before.allocation.current + 1);
+  // The report says which runtime asked: PyTorch's entry point tags its allocations "torch".
+  char* json = nullptr;
+  ASSERT_EQ(tracepool_report_string(tp, "json", &json), TRACEPOOL_OK);
+  EXPECT_NE(std::string(json).find("\"tags\":[\"torch\"]"), std::string::npos) << json;
+  tracepool_string_free(json);
+  EXPECT_EQ(tracepool_tag_pop(), TRACEPOOL_ERR_INVALID_ARGUMENT) << "the entry point popped its tag";
   tracepool_torch_free(p, 1 << 20, 0, nullptr);
   tracepool_torch_free(p, 1 << 20, 0, nullptr);  // a double free is reported, not fatal
   tracepool_torch_free(nullptr, 0, 0, nullptr);
