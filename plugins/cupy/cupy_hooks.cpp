@@ -12,9 +12,9 @@
 // No stream, and free gets no size. The stream: CuPy's own C function get_current_stream_ptr (the
 // capsule "intptr_t (void)" in cupy_backends.cuda.stream.__pyx_capi__), called with the GIL held, so
 // an array is allocated on the stream CuPy's kernels for it run on, and tracepool's stream rules keep
-// reuse safe (same stream at once, another stream after an event). Without the capsule, stream 0.
-// A free needs no stream: the block remembers its own. Without the capsule tracepool.cupy refuses to
-// install (stream 0 would be wrong under `with cupy.cuda.Stream():`).
+// reuse safe (same stream at once, another stream after an event). A free needs no stream: the block
+// remembers its own. Without the capsule tracepool.cupy refuses to install (stream 0 would be wrong
+// under `with cupy.cuda.Stream():`).
 //
 // Failures: CuPy does not check a NULL return (it would make an array at address 0), so malloc sets a
 // Python exception and throws; Cython's `except +` then keeps the Python exception. Out of memory is
@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <string_view>
 
 #include "tracepool/tracepool.h"
@@ -39,7 +40,8 @@ namespace {
 
 using stream_fn = intptr_t (*)();
 
-// Set by install(), with the GIL held, before CuPy can call a hook; the objects are never released.
+// Set by install(), with the GIL held (as every hook runs), before CuPy can call a hook; kept until a
+// later install() replaces them.
 stream_fn current_stream = nullptr;
 PyObject* oom_class = nullptr;      // tracepool.cupy.OutOfMemoryError
 PyObject* error_classes = nullptr;  // {status: tracepool's class for it}
@@ -143,7 +145,7 @@ PYBIND11_MODULE(_hooks, m) {
       "install",
       [](py::object stream_capsule, py::object oom, py::dict classes) {
         const stream_fn fn = stream_function(stream_capsule);
-        oom.inc_ref();  // kept for the life of the process, as the hooks may run at its very end
+        oom.inc_ref();  // kept past the module's own references: the hooks may run at the process's end
         classes.inc_ref();
         Py_XDECREF(oom_class);
         Py_XDECREF(error_classes);

@@ -5,9 +5,8 @@
     x = cupy.ones(1 << 20)            # tracepool memory, tagged "cupy", attributed to this line
 
 install() hands CuPy C hooks (cupy.cuda.memory.CFunctionAllocator, from tracepool.cupy._hooks): each
-allocation is one C call
-from CuPy's Cython code, no Python in between, on the stream CuPy's kernels for it run on (its current
-stream, read through CuPy's own C function). Frees need no stream: the block remembers its own, and
+allocation is one C call from CuPy's Cython code, no Python in between, on the stream CuPy's kernels
+for it run on (its current stream, read through CuPy's own C function). Frees need no stream: the block remembers its own, and
 tracepool reuses it on that stream at once and on other streams only after an event (as PyTorch's
 allocator does). Out of memory raises tracepool.cupy.OutOfMemoryError, which is both CuPy's
 cupy.cuda.memory.OutOfMemoryError and tracepool.OutOfMemoryError, with tracepool's message naming the
@@ -32,7 +31,7 @@ from tracepool import _tracepool
 
 __all__ = ["OutOfMemoryError", "install", "installed", "uninstall"]
 
-_state: dict = {}  # "allocator", "previous": while installed
+_state: dict = {}  # "allocator", "previous", "hooks": while installed
 
 
 def _cupy():
