@@ -9,8 +9,10 @@
 # allocator's, and what call-site capture costs), the PyTorch checks and benchmarks
 # (tests/gpu/torch_check.py, one process per allocator and round), the seed scenarios
 # (tests/gpu/torch_seeds.py, one process each, all at once), the capture probe and the CUDA-graph checks
-# and benchmarks (tests/gpu/capture_probe.cu, tests/gpu/graph_check.py), and prints a summary table last (also
-# OUTDIR/summary.md). Every step is bounded by `timeout` and by an overall budget
+# and benchmarks (tests/gpu/capture_probe.cu, tests/gpu/graph_check.py), the C, C++ and ctypes examples
+# on CUDA (tests/install/examples.cmake), the CuPy, Numba and mixed-runtime checks and benchmarks
+# (tests/gpu/hosts_check.py), and prints a summary table last (also OUTDIR/summary.md). The graph and
+# host checks run before the PyTorch benchmarks: a budget too short for everything skips benchmarks. Every step is bounded by `timeout` and by an overall budget
 # (TRACEPOOL_GPU_BUDGET_S, default 520 s) so the run ends well inside 9 minutes; a step that cannot run
 # becomes a FAIL or SKIP row, never a silent stop. Exit status 1 if any row is FAIL; rows marked
 # meets/misses are performance targets and inform only, as do info rows.
