@@ -24,8 +24,9 @@ from check_cli import close, line_of, main
 
 faulthandler.enable()
 
-CHECKS = ("cupy_results", "cupy_leak", "numba_results", "numba_leak", "mixed_one_pool", "mixed_memory")
-TRACEPOOL_ONLY = ("cupy_leak", "numba_leak", "mixed_one_pool")
+CHECKS = ("cupy_results", "cupy_leak", "numba_results", "numba_leak", "mixed_one_pool", "mixed_memory",
+          "readme_quick_starts")
+TRACEPOOL_ONLY = ("cupy_leak", "numba_leak", "mixed_one_pool", "readme_quick_starts")
 EPOCHS = 4
 
 
@@ -191,6 +192,28 @@ def check_mixed_memory(allocator):
         cuda.synchronize()
     grown = used() - base
     return grown, "%.2f GiB of device memory held after the phases" % (grown / 2**30)
+
+
+def check_readme_quick_starts(allocator):
+    """The README's CuPy block as written, and its Numba line with a small program, in processes of their own."""
+    import re
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "README.md")).read()
+    cupy_block = re.compile(r"```python\n(.*?)```", re.S).search(text, text.index("### CuPy")).group(1)
+    numba_program = ("import numpy as np, tracepool\nfrom numba import cuda\n"
+                     "kept = cuda.device_array(1 << 20, dtype=np.float32)\nprint(tracepool.report(format='text'))\n")
+    env = dict(os.environ)
+    env.pop("TRACEPOOL_CONF", None)
+    for name, code, extra in (("cupy", cupy_block, {}),
+                              ("numba", numba_program, {"NUMBA_CUDA_MEMORY_MANAGER": "tracepool.numba"})):
+        done = subprocess.run([sys.executable, "-c", code], env=dict(env, **extra), capture_output=True, text=True,
+                              timeout=180)
+        if done.returncode != 0 or "[%s]" % name not in done.stdout:
+            raise AssertionError("the README's %s quick start: exit %d, no [%s] site:\n%s\n%s"
+                                 % (name, done.returncode, name, done.stdout[-1500:], done.stderr[-1500:]))
+    return None, "the CuPy block and the Numba variable each print a report with their runtime's site"
 
 
 # ---- Benchmarks -----------------------------------------------------------------------------------------
