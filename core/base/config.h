@@ -32,8 +32,10 @@ inline constexpr size_t max_history_entries = size_t{1} << 26;  // history:N, 48
 
 // What a call site records (TRACEPOOL_CONF capture:<name>, and the report's capture.mode), one row each:
 // nothing, native frames, script frames (from the registered frame provider, script_frames.h), or
-// both ("all": in a host without an interpreter that is the native frames).
-#define TRACEPOOL_CAPTURE_MODE_MAP(XX) XX(off) XX(native) XX(python) XX(all)
+// both. "all" walks native frames only up to the first frame of an interpreter loop (the script frames
+// stand for everything outside it; in a host without an interpreter that is every native frame);
+// "hybrid" walks the whole native stack and splices the script frames in where the loop ran them.
+#define TRACEPOOL_CAPTURE_MODE_MAP(XX) XX(off) XX(native) XX(python) XX(all) XX(hybrid)
 enum class capture_mode {
 #define TRACEPOOL_CAPTURE_MODE_(name) name,
   TRACEPOOL_CAPTURE_MODE_MAP(TRACEPOOL_CAPTURE_MODE_)
@@ -42,8 +44,10 @@ enum class capture_mode {
 const char* capture_mode_name(capture_mode m);  // "off", "native", ...
 // Sets *out to the mode called `name`; false, leaving *out alone, if none is.
 bool parse_capture_mode(const std::string& name, capture_mode* out);
-inline bool captures_native(capture_mode m) { return m == capture_mode::native || m == capture_mode::all; }
-inline bool captures_script(capture_mode m) { return m == capture_mode::python || m == capture_mode::all; }
+inline bool captures_native(capture_mode m) { return m == capture_mode::native || m >= capture_mode::all; }
+inline bool captures_script(capture_mode m) { return m == capture_mode::python || m >= capture_mode::all; }
+// Whether the native walk ends at the first frame of an interpreter loop (the outer frames are the script's).
+inline bool native_stops_at_script(capture_mode m) { return m == capture_mode::all; }
 enum class unwinder_choice { automatic, libunwind, cfi, boost };
 
 struct config {

@@ -467,7 +467,8 @@ uint64_t cfi_slow_stacks() { return slow_stacks.load(std::memory_order_relaxed);
 uint64_t cfi_last_slow() { return last_slow.load(std::memory_order_relaxed); }
 
 // Reads the saved registers of other frames on purpose: not for the sanitizers to instrument.
-__attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace(uintptr_t* out, size_t max) {
+__attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace(uintptr_t* out, size_t max,
+                                                                                 bool (*stop)(uintptr_t)) {
   thread_cache* c = cache();
   if (c->stack_hi == 0) return take_slow_path(0, why_no_stack);
   uintptr_t rip, rsp, rbp;
@@ -491,6 +492,7 @@ __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace
     }
     if (ra == 0) return n;
     out[n++] = ra;
+    if (stop != nullptr && stop(ra)) return n;
     rsp = cfa;
     rip = ra;
   }
@@ -505,7 +507,7 @@ namespace tracepool::core {
 bool cfi_unwinder_supported() { return false; }
 uint64_t cfi_slow_stacks() { return 0; }
 uint64_t cfi_last_slow() { return 0; }
-size_t cfi_backtrace(uintptr_t*, size_t) { return 0; }
+size_t cfi_backtrace(uintptr_t*, size_t, bool (*)(uintptr_t)) { return 0; }
 }  // namespace tracepool::core
 
 #endif

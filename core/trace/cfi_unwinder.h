@@ -17,9 +17,10 @@ namespace tracepool::core {
 
 // Whether this build and machine can use it (x86-64 with libgcc's _Unwind_Find_FDE).
 bool cfi_unwinder_supported();
-// Up to `max` return addresses, innermost first, starting inside the caller of cfi_backtrace.
-// Returns 0 if the stack needs the slow path (the caller then uses _Unwind_Backtrace).
-size_t cfi_backtrace(uintptr_t* out, size_t max);
+// Up to `max` return addresses, innermost first, starting inside the caller of cfi_backtrace; with
+// `stop`, ends after the first address for which stop() is true. Returns 0 if the stack needs the
+// slow path (the caller then uses _Unwind_Backtrace).
+size_t cfi_backtrace(uintptr_t* out, size_t max, bool (*stop)(uintptr_t) = nullptr);
 // Captures that needed the slow path, since the process started (all threads).
 uint64_t cfi_slow_stacks();
 // The most recent of them, as (pc << 16) | reason (below 0x100: the CFA opcode not followed;

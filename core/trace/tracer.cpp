@@ -56,7 +56,10 @@ uint32_t tracer::capture_site() {
   uintptr_t raw[max_capture_depth + own_frames_room + max_capture_depth * words_per_script_frame];
   size_t first = 0, kept = 0;
   if (captures_native(mode_)) {
-    const size_t n = unwinder_.capture(raw, static_cast<size_t>(depth_) + own_frames_room);
+    // capture:all ends the native walk at the interpreter loop: the script frames stand for what lies
+    // beyond it, and under CPython most of a stack's native frames are the interpreter's own.
+    const size_t n = unwinder_.capture(raw, static_cast<size_t>(depth_) + own_frames_room,
+                                       native_stops_at_script(mode_) ? in_interpreter_loop : nullptr);
     first = strip_own_frames(raw, n);
     kept = n - first;
     if (kept > static_cast<size_t>(depth_)) kept = static_cast<size_t>(depth_);

@@ -81,14 +81,21 @@ status unwinder::make(unwinder_choice choice, unwinder* out) {
 }
 
 // noinline: the frames it leaves behind are tracepool's own, dropped by the caller's range check.
-__attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max) const {
+__attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max, stop_fn stop) const {
   if (max == 0) return 0;
+  // The unwinders that cannot stop early are cut here.
+  auto cut = [&](size_t n) {
+    if (stop != nullptr)
+      for (size_t i = 0; i < n; ++i)
+        if (stop(out[i])) return i + 1;
+    return n;
+  };
   if (kind_ == kind::libunwind) {
     const int n = unw_backtrace_(reinterpret_cast<void**>(out), static_cast<int>(max));
-    return n < 0 ? 0 : static_cast<size_t>(n);
+    return n < 0 ? 0 : cut(static_cast<size_t>(n));
   }
   if (kind_ == kind::cfi) {
-    if (const size_t n = cfi_backtrace(out, max); n != 0) return n;
+    if (const size_t n = cfi_backtrace(out, max, stop); n != 0) return n;
   }
   // safe_dump_to writes a terminating 0 and counts it; give it room for one more.
   uintptr_t buf[max_capture_depth + 32];
@@ -96,7 +103,7 @@ __attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max) c
   size_t n = boost::stacktrace::safe_dump_to(0, buf, room * sizeof(uintptr_t));
   while (n > 0 && buf[n - 1] == 0) --n;
   for (size_t i = 0; i < n; ++i) out[i] = buf[i];
-  return n;
+  return cut(n);
 }
 
 }  // namespace tracepool::core

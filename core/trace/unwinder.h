@@ -37,8 +37,10 @@ class unwinder {
   static bool libunwind_available();
 
   const char* name() const { return kind_ == kind::libunwind ? "libunwind" : kind_ == kind::cfi ? "cfi" : "boost"; }
-  // Up to `max` return addresses, innermost first, starting inside the caller of capture().
-  size_t capture(uintptr_t* out, size_t max) const;
+  // Up to `max` return addresses, innermost first, starting inside the caller of capture(); with
+  // `stop`, the last is the first address for which stop() is true.
+  using stop_fn = bool (*)(uintptr_t return_address);
+  size_t capture(uintptr_t* out, size_t max, stop_fn stop = nullptr) const;
 
  private:
   using unw_backtrace_fn = int (*)(void**, int);

@@ -223,14 +223,22 @@ def test_numba_memalloc_is_a_tracepool_block_tagged_numba_freed_by_its_finalizer
         _tracepool.free(again)
 
 
-def test_numba_manager_interface(numba_manager):
+def test_numba_manager_interface(numba_manager, monkeypatch):
     import numba.cuda
+
+    import tracepool.numba
 
     assert numba_manager.interface_version == 1
     info = numba_manager.get_memory_info()
     assert info.total > 0 and 0 <= info.free <= info.total
+    calls = []
+    real_stats = tracepool.numba._tracepool.stats
+    monkeypatch.setattr(tracepool.numba._tracepool, "stats", lambda *a: calls.append(a) or real_stats(*a))
     numba_manager.initialize()
-    numba_manager.initialize()  # called on every context push: must be repeatable
+    # Numba calls it on every context push and kernel launch: repeatable, and the work is done once.
+    numba_manager.initialize()
+    assert len(calls) == 1
+    assert numba_manager.deallocations.memory_capacity == info.total  # host frees queued by bytes, as Numba's
     with numba_manager.defer_cleanup():
         pass
     numba_manager.reset()

@@ -150,7 +150,7 @@ std::vector<std::string> names(const json& frames, size_t n) {
 }
 
 TEST_F(ScriptFrames, InterpreterFramesAreSplicedWhereTheLoopRanThem) {
-  tracepool_t* tp = open("capture:all");
+  tracepool_t* tp = open("capture:hybrid");
   run_program(tp);
   const json frames = leak_frames(tp);
   // Each eval-loop frame is replaced by the interpreter frames it ran, innermost first.
@@ -167,13 +167,33 @@ TEST_F(ScriptFrames, InterpreterFramesAreSplicedWhereTheLoopRanThem) {
 }
 
 TEST_F(ScriptFrames, InterpreterCFramesDoNotSplitAPythonSite) {
-  tracepool_t* tp = open("capture:all");
+  tracepool_t* tp = open("capture:hybrid");
   run_program(tp);
   run_program_specialised(tp);
   const json r = tracepool::testing::report_of(tp);
   ASSERT_EQ(r["leaks"].size(), 1u) << "the interpreter module's own frames are not part of the site: " << r.dump(1);
   EXPECT_EQ(r["leaks"][0]["blocks"], 2);
   EXPECT_EQ(r["capture"]["sites"], 2) << "two raw stacks were interned";
+}
+
+// capture:all (the default): the native walk ends at the innermost interpreter-loop frame, so the native
+// frames outside it (native_callback, run_program) are neither walked nor part of the site, and the
+// two programs, which differ only there, make one raw stack.
+void expect_walk_stopped_at_the_loop(tracepool_t* tp) {
+  run_program(tp);
+  run_program_specialised(tp);
+  const json r = tracepool::testing::report_of(tp);
+  ASSERT_EQ(r["leaks"].size(), 1u) << r.dump(1);
+  EXPECT_EQ(r["capture"]["sites"], 1) << "the frames that tell the two programs apart lie beyond the loop";
+  const json& frames = r["leaks"][0]["frames"];
+  const std::vector<std::string> expected = {"leaf_alloc", "py:alloc_tensor", "py:step", "py:run", "py:<module>"};
+  EXPECT_EQ(names(frames, 16), expected) << frames.dump(1);
+}
+
+TEST_F(ScriptFrames, AllStopsTheNativeWalkAtTheInterpreterLoop) { expect_walk_stopped_at_the_loop(open("capture:all")); }
+
+TEST_F(ScriptFrames, AllStopsTheNativeWalkAtTheInterpreterLoopWithBoostToo) {  // cut after the walk
+  expect_walk_stopped_at_the_loop(open("capture:all,unwinder:boost"));
 }
 
 TEST_F(ScriptFrames, WithoutPythonFramesNativeFramesStillSplitSites) {
@@ -253,7 +273,7 @@ TEST_F(ScriptFrames, BindingsModuleFramesAtTheTopAreDropped) {
         run_program(tp);
         const std::vector<std::string> got = names(leak_frames(tp), 4);
         // Its frames above the interpreter loop are dropped; the loop and what follows stay.
-        std::exit(got == std::vector<std::string>{"py:alloc_tensor", "py:step", "native_callback", "py:run"} ? 0 : 11);
+        std::exit(got == std::vector<std::string>{"py:alloc_tensor", "py:step", "py:run", "py:<module>"} ? 0 : 11);
       },
       ::testing::ExitedWithCode(0), "");
 }

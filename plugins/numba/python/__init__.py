@@ -74,10 +74,19 @@ else:
         def _device(self) -> int:
             return self.context.device.id if self.context is not None else 0
 
+        _ready = False
+
         def initialize(self) -> None:
-            # Called on every context push: only makes sure the instance exists (a bad TRACEPOOL_CONF
-            # fails here, before any kernel).
+            # Numba calls this on every context push and every numba.cuda.current_context(), so on each
+            # array made and each kernel launched: the work is done once per manager. It makes sure the
+            # instance exists (a bad TRACEPOOL_CONF fails here, before any kernel), and, as Numba's own
+            # manager does, sizes the queue of host-memory frees by the device's memory.
+            if self._ready:
+                return
             _tracepool.stats(self._device())
+            if not self.deallocations.memory_capacity:  # Numba's _SizeNotSet is 0
+                self.deallocations.memory_capacity = _tracepool.mem_get_info(self._device())[1]
+            self._ready = True
 
         def memalloc(self, size: int):
             _tracepool.tag_push("numba")
