@@ -412,11 +412,16 @@ frame_rule interpret(uintptr_t pc) {
   return rule;
 }
 
-// Per-thread: the stack's extent, and a direct-mapped cache of rules.
+// Per-thread: the stack's extent, and a cache of rules, 4-way set-associative. A miss costs an
+// interpretation (_Unwind_Find_FDE walks the loaded modules under the loader's lock, ~1 us), so two
+// return addresses of one stack that shared a slot would cost two on every capture, as they evicted
+// each other: in a direct-mapped table of 4096 slots, a few hundred hot addresses (a Python host's
+// allocation paths) make such pairs likely.
 struct thread_cache {
-  static constexpr size_t slots = 4096;
+  static constexpr size_t ways = 4, sets = 1024;
   uintptr_t stack_lo = 0, stack_hi = 0;
-  frame_rule rules[slots];
+  frame_rule rules[sets][ways];
+  uint8_t victim[sets] = {};  // the way the next miss of each set replaces (round robin)
 };
 thread_local thread_cache* tls_cache = nullptr;
 struct cache_owner {
@@ -446,8 +451,14 @@ thread_cache* cache() {
 }
 
 const frame_rule& rule_for(thread_cache* c, uintptr_t pc) {
-  frame_rule& slot = c->rules[(pc ^ (pc >> 12)) & (thread_cache::slots - 1)];
-  if (slot.pc != pc) slot = interpret(pc);
+  const size_t set = (pc * 0x9E3779B97F4A7C15ull) >> 54;  // Fibonacci hashing: the top 10 bits
+  static_assert(thread_cache::sets == 1024);
+  frame_rule* row = c->rules[set];
+  for (size_t w = 0; w < thread_cache::ways; ++w)
+    if (row[w].pc == pc) return row[w];
+  frame_rule& slot = row[c->victim[set]];
+  c->victim[set] = static_cast<uint8_t>((c->victim[set] + 1) % thread_cache::ways);
+  slot = interpret(pc);
   return slot;
 }
 
