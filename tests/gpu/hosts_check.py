@@ -10,7 +10,10 @@ capture); `tracepool_off` the same with capture:off. `run` writes {"allocator", 
 {"status", "result", "detail"}}, "bench": {name: [us per step, one per repetition]}}. Every check is
 seeded, so the allocators compute the same numbers: `compare` requires equal results and prints
 "STATUS|step|detail" rows, and the benchmark rows give tracepool's median time per step over
-native's, with and without call sites, from processes interleaved by run.sh.
+native's, with and without call sites: for CuPy against CuPy's pool in the same process, one rep
+each in turn (_paired: the spread between processes was as large as what is measured), for Numba,
+whose memory manager cannot change within a process, against the native processes run.sh
+interleaves with tracepool's.
 """
 import faulthandler
 import json

@@ -500,7 +500,9 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
 # ---- 5c. CuPy, Numba, and PyTorch + CuPy + Numba in one process (tests/gpu/hosts_check.py) ----------
 # One process per allocator runs the checks (native: each runtime its own pool; tracepool: one pool for
 # all three), then six fresh processes (native, tracepool, tracepool_off, then the reverse) time CuPy
-# and Numba loops; hosts_check.py compare gives the rows.
+# and Numba loops: CuPy's against CuPy's own pool in the same process, reps alternating (the spread
+# between processes on the H200 was as large as the differences measured), Numba's (whose manager is
+# fixed per process) against the native processes; hosts_check.py compare gives the rows.
 check_step hosts native.1 --allocator native
 check_step hosts tracepool.1 --allocator tracepool
 round=2
