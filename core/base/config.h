@@ -44,8 +44,12 @@ enum class capture_mode {
 const char* capture_mode_name(capture_mode m);  // "off", "native", ...
 // Sets *out to the mode called `name`; false, leaving *out alone, if none is.
 bool parse_capture_mode(const std::string& name, capture_mode* out);
-inline bool captures_native(capture_mode m) { return m == capture_mode::native || m >= capture_mode::all; }
-inline bool captures_script(capture_mode m) { return m == capture_mode::python || m >= capture_mode::all; }
+inline bool captures_native(capture_mode m) {
+  return m == capture_mode::native || m == capture_mode::all || m == capture_mode::hybrid;
+}
+inline bool captures_script(capture_mode m) {
+  return m == capture_mode::python || m == capture_mode::all || m == capture_mode::hybrid;
+}
 // Whether the native walk ends at the first frame of an interpreter loop (the outer frames are the script's).
 inline bool native_stops_at_script(capture_mode m) { return m == capture_mode::all; }
 enum class unwinder_choice { automatic, libunwind, cfi, boost };
@@ -56,7 +60,7 @@ struct config {
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
 
-  capture_mode capture = capture_mode::all;            // capture: off | native | python | all
+  capture_mode capture = capture_mode::all;            // capture: off | native | python | all | hybrid
   int capture_depth = 32;                              // capture_depth: native frames kept per call site, 1-256
   int python_depth = 64;                               // python_depth: script frames kept, 1-256
   unwinder_choice unwinder = unwinder_choice::automatic;  // unwinder: auto | libunwind | cfi | boost

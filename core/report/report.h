@@ -104,7 +104,7 @@ struct report {
   std::string reason;  // "demand" | "exit" | "oom"
   uint64_t time_ns = 0;
   std::string backend;
-  std::string capture;  // "off" | "native" | "python" | "all"
+  std::string capture;  // "off" | "native" | "python" | "all" | "hybrid"
   std::string unwinder;
   int capture_depth = 0;
   int python_depth = 0;

@@ -1,6 +1,7 @@
 #include "tracer.h"
 
 #include <cmath>
+#include <cstring>
 #include <new>
 
 #include "base/clock.h"
@@ -54,18 +55,22 @@ block_tag tracer::capture(size_t size) {
 uint32_t tracer::capture_site() {
   if (mode_ == capture_mode::off) return 0;
   uintptr_t raw[max_capture_depth + own_frames_room + max_capture_depth * words_per_script_frame];
+  // The script frames first, past the room of the native ones, then moved down behind those kept.
+  const size_t native_room = static_cast<size_t>(depth_) + own_frames_room;
+  const size_t script = captures_script(mode_) ? capture_script_frames(raw + native_room, script_depth_) : 0;
   size_t first = 0, kept = 0;
   if (captures_native(mode_)) {
-    // capture:all ends the native walk at the interpreter loop: the script frames stand for what lies
-    // beyond it, and under CPython most of a stack's native frames are the interpreter's own.
-    const size_t n = unwinder_.capture(raw, static_cast<size_t>(depth_) + own_frames_room,
-                                       native_stops_at_script(mode_) ? in_interpreter_loop : nullptr);
+    // capture:all ends the native walk at the interpreter loop when there are script frames to stand
+    // for what lies beyond it (under CPython most of those native frames are the interpreter's own).
+    // Without them (the provider off, or the interpreter finalising) the whole native stack is kept.
+    const bool stop = script != 0 && native_stops_at_script(mode_);
+    const size_t n = unwinder_.capture(raw, native_room, stop ? in_interpreter_loop : nullptr);
     first = strip_own_frames(raw, n);
     kept = n - first;
     if (kept > static_cast<size_t>(depth_)) kept = static_cast<size_t>(depth_);
   }
   uintptr_t* script_words = raw + first + kept;
-  const size_t script = captures_script(mode_) ? capture_script_frames(script_words, script_depth_) : 0;
+  std::memmove(script_words, raw + native_room, script * words_per_script_frame * sizeof(uintptr_t));
   const uint32_t site =
       sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), current_tags());
   // A new site's script frames are described now, while this thread still runs them.

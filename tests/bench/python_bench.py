@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 
-MODES = ("off", "python", "native", "all")
+MODES = ("off", "python", "native", "all", "hybrid")
 
 CHILD = r"""
 import ctypes, json, sys, time

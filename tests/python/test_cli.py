@@ -309,7 +309,7 @@ def test_report_renders_real_reports_of_every_kind(tmp_path):
         lib.tracepool_write_oom_report.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
         assert lib.tracepool_write_oom_report(lib.tracepool_default(), (sys.argv[1] + "/oom.json").encode(), None) == 0
         """)
-    for capture in ("native", "all"):
+    for capture in ("native", "all", "hybrid"):
         env = dict(os.environ, TRACEPOOL_CONF="backend:host,oom_report:off,host_capacity:64MiB,capture:" + capture)
         done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], env=env, capture_output=True, text=True,
                               timeout=120)
@@ -383,7 +383,7 @@ def test_a_saved_report_renders_as_the_live_one_for_every_capture_mode():
         saved = tracepool.report(format="json", reason="exit")
         print(tracepool.report(format="text", reason="exit", top=2) == tracepool.render_report(saved, top=2))
         """)
-    for capture in ("native", "python", "all"):
+    for capture in ("native", "python", "all", "hybrid"):
         env = dict(os.environ, TRACEPOOL_CONF="backend:host,capture:" + capture)
         done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
         assert done.stdout == "True\n", (capture, done.stderr)

@@ -5,6 +5,7 @@
 // string and snapshot outputs the Python package reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -35,8 +36,10 @@ struct toy_call {
 thread_local std::vector<toy_call> toy_stack;  // outermost first
 std::atomic<int> describe_calls{0};
 std::atomic<bool> describe_fails{false};
+std::atomic<bool> capture_finds_none{false};  // as CPython's provider at exit, or switched off
 
 size_t toy_capture(uintptr_t* words, size_t max_frames) {
+  if (capture_finds_none.load()) return 0;
   size_t n = 0;
   for (auto it = toy_stack.rbegin(); it != toy_stack.rend() && n < max_frames; ++it, ++n) {
     words[2 * n] = reinterpret_cast<uintptr_t>(it->frame);
@@ -113,6 +116,7 @@ class ScriptFrames : public ::testing::Test {
   void SetUp() override {
     describe_calls = 0;
     describe_fails = false;
+    capture_finds_none = false;
     ASSERT_EQ(tracepool_set_frame_provider(&toy_provider), TRACEPOOL_OK) << tracepool_last_error();
   }
   void TearDown() override {
@@ -194,6 +198,17 @@ TEST_F(ScriptFrames, AllStopsTheNativeWalkAtTheInterpreterLoop) { expect_walk_st
 
 TEST_F(ScriptFrames, AllStopsTheNativeWalkAtTheInterpreterLoopWithBoostToo) {  // cut after the walk
   expect_walk_stopped_at_the_loop(open("capture:all,unwinder:boost"));
+}
+
+// When the provider gives no frames (CPython's at exit, or switched off), nothing stands for the
+// native frames beyond the loop: capture:all keeps the whole native stack.
+TEST_F(ScriptFrames, AllKeepsTheWholeNativeStackWhenTheProviderGivesNoFrames) {
+  capture_finds_none = true;
+  tracepool_t* tp = open("capture:all");
+  run_program(tp);
+  const std::vector<std::string> got = names(leak_frames(tp), 16);
+  EXPECT_NE(std::find(got.begin(), got.end(), "run_program"), got.end()) << ::testing::PrintToString(got);
+  EXPECT_NE(std::find(got.begin(), got.end(), "native_callback"), got.end()) << ::testing::PrintToString(got);
 }
 
 TEST_F(ScriptFrames, WithoutPythonFramesNativeFramesStillSplitSites) {

@@ -244,7 +244,7 @@ TRACEPOOL_API void tracepool_string_free(char* s);
 /* ---- Script frames (language runtimes) ----------------------------------------------------- */
 /* A runtime that runs code of its own (CPython) registers a frame provider, so that call sites
  * carry its script frames (Python's, say: file, function, line) besides the native ones
- * (TRACEPOOL_CONF capture:all or python; reports give them the kind "python").
+ * (TRACEPOOL_CONF capture:all, hybrid or python; reports give them the kind "python").
  * tracepool's Python package registers one for CPython when it is imported. */
 
 #define TRACEPOOL_FRAME_ENTRY 1u    /* outermost frame run by one native call of the interpreter loop */
