@@ -139,20 +139,26 @@ def test_cupy_free_of_a_pointer_tracepool_never_gave_is_told_not_fatal(run_pytho
     assert "tracepool.cupy: free of 0x1000 refused" in done.stderr
 
 
-def test_cupy_per_thread_default_stream_is_refused_with_the_reason(run_python):
-    _host("cupy")
+def install_refusal(run_python, module, env):
+    """What `module`.install() says when it refuses, in a fresh process under `env`."""
     done = run_python(
         """
-        import tracepool.cupy
+        import %s
         try:
-            tracepool.cupy.install()
+            %s.install()
         except RuntimeError as e:
             print("refused:", e)
-        """,
-        env={"CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1"},
+        """ % (module, module),
+        env=env,
     )
     assert done.returncode == 0, done.stderr
-    assert "refused: tracepool.cupy: CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 is not supported" in done.stdout
+    return done.stdout
+
+
+def test_cupy_per_thread_default_stream_is_refused_with_the_reason(run_python):
+    _host("cupy")
+    said = install_refusal(run_python, "tracepool.cupy", {"CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1"})
+    assert "refused: tracepool.cupy: CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 is not supported" in said
 
 
 def test_cupy_stream_function_with_another_signature_is_refused():
@@ -261,18 +267,8 @@ def test_numba_env_selects_the_module_and_the_simulator_is_told(run_python):
     )
     assert done.returncode == 0, done.stderr
     assert "manager: TracepoolMemoryManager" in done.stdout
-    done = run_python(
-        """
-        import tracepool.numba
-        try:
-            tracepool.numba.install()
-        except RuntimeError as e:
-            print("refused:", e)
-        """,
-        env={"NUMBA_ENABLE_CUDASIM": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    assert "refused: tracepool.numba: Numba's CUDA memory-manager classes are not available here" in done.stdout
+    said = install_refusal(run_python, "tracepool.numba", {"NUMBA_ENABLE_CUDASIM": "1"})
+    assert "refused: tracepool.numba: Numba's CUDA memory-manager classes are not available here" in said
 
 
 def test_hosts_import_without_their_runtimes():
