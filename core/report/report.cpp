@@ -214,6 +214,9 @@ status build_report(allocator& a, const char* reason, report* out) {
   r.sites = sites.end() - 1;
   r.sites_dropped = sites.dropped();
   r.cfi_slow_stacks = cfi_slow_stacks();
+  const cfi_walk_counts walks = cfi_walks();
+  r.cfi_walks_replayed = walks.replayed;
+  r.cfi_walks_taken = walks.walked;
   if (const uint64_t last = cfi_last_slow(); last != 0) {
     r.cfi_last_slow_reason = static_cast<int>(last & 0xffff);
     r.cfi_last_slow_frame = symbolize({static_cast<uintptr_t>(last >> 16)})[0];

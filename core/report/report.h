@@ -112,6 +112,8 @@ struct report {
   uint32_t sites = 0;       // call sites interned so far
   uint64_t sites_dropped = 0;
   uint64_t cfi_slow_stacks = 0;  // process-wide: captures the cfi unwinder handed to boost
+  uint64_t cfi_walks_replayed = 0;  // process-wide: cfi captures that re-read a remembered walk,
+  uint64_t cfi_walks_taken = 0;     // and those that walked (cfi_unwinder.h)
   int cfi_last_slow_reason = 0;  // and why the last one did (cfi_unwinder.h), where
   frame_info cfi_last_slow_frame;
   std::vector<device_summary> devices;

@@ -46,6 +46,8 @@ std::string to_json(const report& r) {
   j.key("sites"), j.value(static_cast<int64_t>(r.sites));
   j.key("sites_dropped"), j.value(static_cast<int64_t>(r.sites_dropped));
   j.key("cfi_slow_stacks"), j.value(static_cast<int64_t>(r.cfi_slow_stacks));
+  j.key("cfi_walks_replayed"), j.value(static_cast<int64_t>(r.cfi_walks_replayed));
+  j.key("cfi_walks_taken"), j.value(static_cast<int64_t>(r.cfi_walks_taken));
   j.key("cfi_last_slow");
   if (r.cfi_last_slow_reason == 0) {
     j.null();

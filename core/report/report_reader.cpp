@@ -251,7 +251,9 @@ bool read_capture(report_reader& in, const json& doc, report* r) {
   bool estimated = false;  // said again by sample_bytes
   if (!in.flag(c, path, "estimated", &estimated) || !in.count(c, path, "sites", &r->sites) ||
       !in.count(c, path, "sites_dropped", &r->sites_dropped) ||
-      !in.count(c, path, "cfi_slow_stacks", &r->cfi_slow_stacks))
+      !in.count(c, path, "cfi_slow_stacks", &r->cfi_slow_stacks) ||
+      !in.count(c, path, "cfi_walks_replayed", &r->cfi_walks_replayed) ||
+      !in.count(c, path, "cfi_walks_taken", &r->cfi_walks_taken))
     return false;
   const auto slow = c.find("cfi_last_slow");
   if (slow == c.end() || slow->is_null()) return true;

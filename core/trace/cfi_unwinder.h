@@ -20,7 +20,20 @@ bool cfi_unwinder_supported();
 // Up to `max` return addresses, innermost first, starting inside the caller of cfi_backtrace; with
 // `stop`, ends after the first address for which stop() is true. Returns 0 if the stack needs the
 // slow path (the caller then uses _Unwind_Backtrace).
-size_t cfi_backtrace(uintptr_t* out, size_t max, bool (*stop)(uintptr_t) = nullptr);
+//
+// With `walk`, the walk is remembered, and one that would repeat a remembered walk is recognised by
+// re-reading the stack words that walk depended on (Note [Remembered walks] in cfi_unwinder.cpp);
+// *walk is then the serial number of that sequence of frames (equal serials: equal frames, for the
+// life of the process), or 0 if the walk was not remembered. `key` must differ whenever stop() could
+// answer differently for some address (what it tests has changed).
+size_t cfi_backtrace(uintptr_t* out, size_t max, bool (*stop)(uintptr_t) = nullptr, uint64_t key = 0,
+                     uint64_t* walk = nullptr);
+// Captures that re-read a remembered walk, and captures that walked, since the process started (all
+// threads; other threads' latest few thousand may not be counted yet).
+struct cfi_walk_counts {
+  uint64_t replayed = 0, walked = 0;
+};
+cfi_walk_counts cfi_walks();
 // Captures that needed the slow path, since the process started (all threads).
 uint64_t cfi_slow_stacks();
 // The most recent of them, as (pc << 16) | reason (below 0x100: the CFA opcode not followed;

@@ -15,6 +15,7 @@ namespace tracepool::core {
 namespace {
 
 std::atomic<script_provider*> current{nullptr};
+std::atomic<uint32_t> ranges_generation{0};  // ranges added to any list below
 
 // Address ranges that every capture may test: append-only, written under one mutex, read without
 // it (a reader sees a prefix of the entries). Never shrinks: sites captured under an earlier
@@ -32,6 +33,7 @@ class range_list {
     begin_[n].store(r.begin, std::memory_order_relaxed);
     end_[n].store(r.end, std::memory_order_relaxed);
     count_.store(n + 1, std::memory_order_release);
+    ranges_generation.fetch_add(1, std::memory_order_release);  // after the range: a reader of it sees it
     return true;
   }
   std::mutex& mutex() { return mutex_; }
@@ -97,6 +99,8 @@ void set_script_provider(script_provider* p) {
   }
   current.store(p, std::memory_order_release);
 }
+
+uint32_t code_ranges_generation() { return ranges_generation.load(std::memory_order_acquire); }
 
 bool in_interpreter_loop(uintptr_t return_address) { return loops.holds_return_address(return_address); }
 

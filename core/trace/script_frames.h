@@ -64,6 +64,10 @@ bool in_interpreter_loop(uintptr_t return_address);
 // Whether `return_address` lies in the module (executable or libpython) that holds such a loop.
 bool in_interpreter_module(uintptr_t return_address);
 
+// Changes whenever a range is added to those the three functions above and below test, so that what a
+// capture derived from them can be cached under it (tracer.cpp, Note [Recent sites]).
+uint32_t code_ranges_generation();
+
 // Modules of bindings that call tracepool (its Python extension, its PyTorch shim): their frames at
 // the top of a native stack are dropped like libtracepool.so's. At most max_bindings_modules.
 inline constexpr size_t max_bindings_modules = 8;

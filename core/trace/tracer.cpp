@@ -1,10 +1,12 @@
 #include "tracer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
 
 #include "base/clock.h"
+#include "recent_sites.h"
 #include "script_frames.h"
 #include "tags.h"
 
@@ -13,6 +15,7 @@ namespace tracepool::core {
 namespace {
 // Room for tracepool's own frames (capture, allocator, C API, plugin) above the caller's.
 constexpr size_t own_frames_room = 10;
+std::atomic<uint64_t> tracers_made{0};
 }  // namespace
 
 status tracer::create(const config& cfg, std::unique_ptr<tracer>* out) {
@@ -29,6 +32,7 @@ tracer::tracer(const config& cfg, const unwinder& u)
       depth_(cfg.capture_depth),
       script_depth_(cfg.python_depth),
       own_(cfg.own_code != nullptr ? module_range_of(cfg.own_code) : code_range{}),
+      serial_(tracers_made.fetch_add(1, std::memory_order_relaxed) + 1),
       unwinder_(u),
       sampler_(cfg.sample_bytes, cfg.sample_seed) {}
 
@@ -52,27 +56,38 @@ block_tag tracer::capture(size_t size) {
   return tag;
 }
 
+// A repeated call site costs the walks and a compare (Note [Recent sites]); a new one, a hash and an
+// intern besides.
 uint32_t tracer::capture_site() {
   if (mode_ == capture_mode::off) return 0;
   uintptr_t raw[max_capture_depth + own_frames_room + max_capture_depth * words_per_script_frame];
   // The script frames first, past the room of the native ones, then moved down behind those kept.
   const size_t native_room = static_cast<size_t>(depth_) + own_frames_room;
+  const uintptr_t* captured = raw + native_room;
   const size_t script = captures_script(mode_) ? capture_script_frames(raw + native_room, script_depth_) : 0;
-  size_t first = 0, kept = 0;
+  const uint32_t generation = code_ranges_generation();
+  size_t n = 0;
+  uint64_t walk = 0;
   if (captures_native(mode_)) {
     // capture:all ends the native walk at the interpreter loop when there are script frames to stand
     // for what lies beyond it (under CPython most of those native frames are the interpreter's own).
     // Without them (the provider off, or the interpreter finalising) the whole native stack is kept.
     const bool stop = script != 0 && native_stops_at_script(mode_);
-    const size_t n = unwinder_.capture(raw, native_room, stop ? in_interpreter_loop : nullptr);
-    first = strip_own_frames(raw, n);
-    kept = n - first;
-    if (kept > static_cast<size_t>(depth_)) kept = static_cast<size_t>(depth_);
+    n = unwinder_.capture(raw, native_room, stop ? in_interpreter_loop : nullptr, generation, &walk);
   }
+  const recent_sites::key key{walk, {script ? captured[0] : 0, script ? captured[1] : 0}, current_tags(),
+                              static_cast<uint32_t>(script)};
+  // Native frames are known by their walk's serial, or not at all (then no cache).
+  recent_sites* recent =
+      captures_native(mode_) && walk == 0 ? nullptr : recent_sites::of_this_thread(serial_, generation);
+  if (recent != nullptr)
+    if (const uint32_t site = recent->find(key, captured, sites_); site != 0) return site;
+  const size_t first = strip_own_frames(raw, n);
+  const size_t kept = std::min(n - first, static_cast<size_t>(depth_));
   uintptr_t* script_words = raw + first + kept;
-  std::memmove(script_words, raw + native_room, script * words_per_script_frame * sizeof(uintptr_t));
+  std::memmove(script_words, captured, script * words_per_script_frame * sizeof(uintptr_t));
   const uint32_t site =
-      sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), current_tags());
+      sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), key.tags);
   // A new site's script frames are described now, while this thread still runs them.
   if (script != 0 && site != 0 && sites_.at(site).script.load(std::memory_order_acquire) == nullptr) {
     try {
@@ -82,6 +97,7 @@ uint32_t tracer::capture_site() {
       // The site keeps its raw frames; reports show them as unknown.
     }
   }
+  if (recent != nullptr && site != 0) recent->add(key, site);
   return site;
 }
 

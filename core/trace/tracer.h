@@ -87,6 +87,7 @@ class tracer final : public observer {
   const int depth_;
   const int script_depth_;
   const code_range own_;
+  const uint64_t serial_;  // this tracer's, never reused: names it in per-thread caches
   unwinder unwinder_;
   sampler sampler_;
   call_site_table sites_;

@@ -81,7 +81,9 @@ status unwinder::make(unwinder_choice choice, unwinder* out) {
 }
 
 // noinline: the frames it leaves behind are tracepool's own, dropped by the caller's range check.
-__attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max, stop_fn stop) const {
+__attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max, stop_fn stop, uint64_t key,
+                                                   uint64_t* walk) const {
+  if (walk != nullptr) *walk = 0;
   if (max == 0) return 0;
   // The unwinders that cannot stop early are cut here.
   auto cut = [&](size_t n) {
@@ -95,7 +97,7 @@ __attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max, s
     return n < 0 ? 0 : cut(static_cast<size_t>(n));
   }
   if (kind_ == kind::cfi) {
-    if (const size_t n = cfi_backtrace(out, max, stop); n != 0) return n;
+    if (const size_t n = cfi_backtrace(out, max, stop, key, walk); n != 0) return n;
   }
   // safe_dump_to writes a terminating 0 and counts it; give it room for one more.
   uintptr_t buf[max_capture_depth + 32];

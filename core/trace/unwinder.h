@@ -38,9 +38,11 @@ class unwinder {
 
   const char* name() const { return kind_ == kind::libunwind ? "libunwind" : kind_ == kind::cfi ? "cfi" : "boost"; }
   // Up to `max` return addresses, innermost first, starting inside the caller of capture(); with
-  // `stop`, the last is the first address for which stop() is true.
+  // `stop`, the last is the first address for which stop() is true. With `walk`, *walk names the
+  // sequence of frames for the life of the process where the unwinder can tell (cfi's remembered
+  // walks, cfi_unwinder.h; `key` as there), else 0.
   using stop_fn = bool (*)(uintptr_t return_address);
-  size_t capture(uintptr_t* out, size_t max, stop_fn stop = nullptr) const;
+  size_t capture(uintptr_t* out, size_t max, stop_fn stop = nullptr, uint64_t key = 0, uint64_t* walk = nullptr) const;
 
  private:
   using unw_backtrace_fn = int (*)(void**, int);

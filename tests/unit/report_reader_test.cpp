@@ -61,6 +61,8 @@ core::report every_section(const char* reason) {
   r.sites = 7;
   r.sites_dropped = 2;
   r.cfi_slow_stacks = 3;
+  r.cfi_walks_replayed = 1234;
+  r.cfi_walks_taken = 56;
   r.cfi_last_slow_reason = 257;
   r.cfi_last_slow_frame = native_frame("slow_fn", "", 0, "/lib/libslow.so", 0xdead);
   for (int d : {0, 1}) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -289,6 +290,74 @@ TEST_F(ScriptFrames, BindingsModuleFramesAtTheTopAreDropped) {
         const std::vector<std::string> got = names(leak_frames(tp), 4);
         // Its frames above the interpreter loop are dropped; the loop and what follows stay.
         std::exit(got == std::vector<std::string>{"py:alloc_tensor", "py:step", "py:run", "py:<module>"} ? 0 : 11);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// A site seen again is found in the thread's recent sites (Note [Recent sites] in recent_sites.h),
+// but only if its frames are the same, word for word. Here ten programs share their native path and
+// innermost script frames and differ only in the outer one, more than a key keeps; and each runs
+// under two tag sets. Every block must still be counted at its own site.
+void run_ten_programs_twice_tagged(tracepool_t* tp) {
+  static const toy_frame outers[10] = {{"outer.py", "run", 30}, {"outer.py", "run", 31}, {"outer.py", "run", 32},
+                                       {"outer.py", "run", 33}, {"outer.py", "run", 34}, {"outer.py", "run", 35},
+                                       {"outer.py", "run", 36}, {"outer.py", "run", 37}, {"outer.py", "run", 38},
+                                       {"outer.py", "run", 39}};
+  for (int round = 0; round < 3; ++round)
+    for (const char* tag : {"even", "odd"}) {
+      ASSERT_EQ(tracepool_tag_push(tag), TRACEPOOL_OK);
+      for (const toy_frame& outer : outers) toy_eval(tp, {&main_script, &outer}, native_callback);
+      ASSERT_EQ(tracepool_tag_pop(), TRACEPOOL_OK);
+    }
+}
+
+void expect_twenty_sites_of_three_blocks(tracepool_t* tp) {
+  run_ten_programs_twice_tagged(tp);
+  const json r = tracepool::testing::report_of(tp);
+  ASSERT_EQ(r["leaks"].size(), 20u) << r.dump(1);
+  std::set<std::pair<std::string, int>> seen;
+  for (const json& site : r["leaks"]) {
+    EXPECT_EQ(site["blocks"], 3) << site.dump(1);
+    int outer_line = 0;
+    for (const json& f : site["frames"])
+      if (f["function"] == "run") outer_line = f["line"];
+    ASSERT_EQ(site["tags"].size(), 1u);
+    seen.emplace(site["tags"][0], outer_line);
+  }
+  EXPECT_EQ(seen.size(), 20u) << "each (tag, outer line) once";
+  EXPECT_EQ(r["capture"]["sites"], 20);
+}
+
+TEST_F(ScriptFrames, RepeatedSitesAreToldApartByEveryFrameAndTag) { expect_twenty_sites_of_three_blocks(open("capture:all")); }
+
+TEST_F(ScriptFrames, RepeatedPythonSitesAreToldApartByEveryFrameAndTag) {
+  expect_twenty_sites_of_three_blocks(open("capture:python"));
+}
+
+TEST_F(ScriptFrames, RepeatedNativeSitesAreFoundAgain) {
+  tracepool_t* tp = open("capture:native");
+  const auto before = tracepool::testing::report_of(tp)["capture"];
+  for (int i = 0; i < 50; ++i) run_program(tp);
+  const json r = tracepool::testing::report_of(tp);
+  ASSERT_EQ(r["leaks"].size(), 1u);
+  EXPECT_EQ(r["leaks"][0]["blocks"], 50);
+  EXPECT_GE(r["capture"]["cfi_walks_replayed"].get<int64_t>() - before["cfi_walks_replayed"].get<int64_t>(), 49)
+      << "each capture after the first re-read its walk";
+}
+
+// Marking a bindings module changes which native frames a site keeps: what a thread remembered of
+// its sites before must not answer after (the third capture interns a site of its own).
+TEST_F(ScriptFrames, MarkingABindingsModuleTakesEffectOnSitesSeenBefore) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // marking is for the life of the process: do it in a child
+  EXPECT_EXIT(
+      {
+        tracepool_t* tp = open("capture:all");
+        run_program(tp);
+        run_program(tp);
+        if (tracepool::testing::report_of(tp)["capture"]["sites"] != 1) std::exit(10);
+        if (tracepool_add_bindings_module(reinterpret_cast<const void*>(&leaf_alloc)) != TRACEPOOL_OK) std::exit(11);
+        run_program(tp);
+        std::exit(tracepool::testing::report_of(tp)["capture"]["sites"] == 2 ? 0 : 12);
       },
       ::testing::ExitedWithCode(0), "");
 }
