@@ -215,6 +215,14 @@ class report_reader {
     f->script = kind == "python";
     if (f->function == "??") f->function.clear();
     f->address = static_cast<uintptr_t>(std::strtoull(address.c_str(), nullptr, 16));  // "0x..."
+    // Each kind keeps only its own fields, as the writer writes them (json_out.h: write_frames).
+    if (f->script) {
+      f->module.clear();
+      f->address = 0;
+      f->interpreter = false;
+    } else {
+      f->borrowed = false;
+    }
     return true;
   }
 };
