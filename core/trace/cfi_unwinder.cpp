@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "base/word_hash.h"
 #include "trace/cfi_rules.h"
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -14,31 +15,35 @@ namespace tracepool::core {
 namespace {
 
 // Note [Remembered walks]
-// A thread allocates from a few call paths over and over, and a walk here depends on little: where it
-// starts (rsp, and rbp if a frame's CFA is rbp-based before any frame restored rbp from the stack) and
-// the stack words it reads (each frame's return address, and each saved rbp that a later frame's CFA
-// uses). The rules are functions of the return addresses, which are among those words; the stop
-// predicate is a function of them too, given the caller's key (which names what the predicate
-// tests). So a walk from the same rsp, with the same stop and key, that finds the same values in
-// those words gives the same frames, exactly. Each walk is remembered as the words it depended on
-// (offsets from rsp) with their values, and the next capture from that rsp re-reads them before it
-// walks: about 1 ns a word, instead of a rule lookup, two bounds checks and the stop test per frame.
-// A walk's serial number names its sequence of frames for the life of the process (serials are
-// never reused, on any thread), so callers may key their own caches by it (tracer.cpp).
+// A thread allocates from a few hundred call paths over and over, and a walk here depends on little:
+// where it starts (rsp, and rbp if a frame's CFA is rbp-based before any frame restored rbp from the
+// stack) and the stack words it reads (each frame's return address, and each saved rbp that a later
+// frame's CFA uses). The rules are functions of the return addresses, which are among those words;
+// the stop predicate is a function of them too, given the caller's key (which names what the
+// predicate tests). So a walk from the same rsp, with the same stop and key, that finds the same
+// values in those words gives the same frames. Each walk is remembered as the offsets from rsp of the
+// words it depended on and a 64-bit hash of their values; a capture from that rsp first re-reads
+// those words and hashes them (about 1 ns a word, against ~30 ns a frame for a walk whose rules and
+// stack lie outside the caches, as in PyTorch, where allocations are 25-40 frames deep). A match
+// recalls the walk's serial number, which names its sequence of frames for the life of the process
+// (serials are never reused, on any thread), and writes no frames: callers key their own caches by
+// the serial (tracer.cpp) and walk again, without recalling, when they need the frames. Keeping
+// hashes rather than values is what makes a walk small (a few cache lines to re-read, 2048 walks per
+// thread in ~500 KB); the price is that two different stacks whose words hash alike would recall the
+// same serial, with probability about 2^-64 per recall.
 // As the rule cache does, it assumes that the code at an address does not change while the thread
 // runs (no library unloaded and another loaded in its place).
 struct remembered_walk {
-  static constexpr size_t max_words = 56;    // longer walks are not remembered (depth 32 needs ~45)
-  static constexpr uint16_t frame_bit = 0x8000;  // in `where`: this word is a frame of the result
-  uint64_t serial = 0;                       // 0: empty
+  static constexpr size_t max_words = 96;        // longer walks are not remembered (depth 42 needs <= 84)
+  uint64_t serial = 0;                           // 0: empty
   uint64_t key = 0;
+  uint64_t hash = 0;                             // of the words' values (base/word_hash.h)
   bool (*stop)(uintptr_t) = nullptr;
-  uintptr_t sp = 0, bp = 0;                  // bp is compared only when bp_used
+  uintptr_t sp = 0, bp = 0;                      // bp is compared only when bp_used
   uint32_t max = 0;
-  uint16_t words = 0, frames = 0;
+  uint16_t words = 0;
   bool bp_used = false;
-  uint16_t where[max_words];                 // (address - sp) / 8, and frame_bit
-  uintptr_t value[max_words];
+  uint16_t where[max_words];                     // (address - sp) / 8
 };
 
 // The words a walk in progress reads; a saved rbp is kept only once a later CFA uses it.
@@ -50,13 +55,13 @@ struct walk_record {
   uintptr_t value[remembered_walk::max_words];
   bool needed[remembered_walk::max_words];
 
-  void read(uintptr_t sp, uintptr_t address, uintptr_t v, bool frame, bool keep) {
+  void read(uintptr_t sp, uintptr_t address, uintptr_t v, bool keep) {
     const uintptr_t offset = (address - sp) / 8;
-    if (words == remembered_walk::max_words || offset >= remembered_walk::frame_bit) {
+    if (words == remembered_walk::max_words || offset > UINT16_MAX) {
       overflow = true;
       return;
     }
-    where[words] = static_cast<uint16_t>(offset | (frame ? remembered_walk::frame_bit : 0));
+    where[words] = static_cast<uint16_t>(offset);
     value[words] = v;
     needed[words++] = keep;
   }
@@ -70,13 +75,16 @@ struct walk_record {
 // set-associative: a miss costs an interpretation (~1 us), so two return addresses of one stack that
 // shared a slot would cost two on every capture, as they evicted each other; in a direct-mapped table
 // of 4096 slots, a few hundred hot addresses (a Python host's allocation paths) make such pairs
-// likely. Walks are 4-way by rsp too, replaced round robin (~80 KB).
+// likely. Walks are 8-way, by rsp and key, replaced round robin: a PyTorch training step takes a few
+// hundred distinct paths per thread (an op's path differs by the Python depth it is called at), and
+// a set that holds fewer ways than the paths that land in it misses on every one of them in turn,
+// each a walk whose rules and stack are cold (~5 us on an H200 host).
 struct thread_cache {
-  static constexpr size_t ways = 4, sets = 1024, walk_sets = 32;
+  static constexpr size_t ways = 4, sets = 1024, walk_sets = 256, walk_ways = 8;
   uintptr_t stack_lo = 0, stack_hi = 0;
   frame_rule rules[sets][ways];
   uint8_t victim[sets] = {};  // the way the next miss of each set replaces (round robin)
-  remembered_walk walks[walk_sets][ways];
+  remembered_walk walks[walk_sets][walk_ways];
   uint8_t walk_victim[walk_sets] = {};
   uint64_t replayed = 0, walked = 0;  // not yet added to the process's counts
 };
@@ -132,37 +140,33 @@ const frame_rule& rule_for(thread_cache* c, uintptr_t pc) {
   return slot;
 }
 
-size_t walk_set(uintptr_t sp) {
-  static_assert(thread_cache::walk_sets == 32);
-  return ((sp >> 3) * 0x9E3779B97F4A7C15ull) >> 59;
+size_t walk_set(uintptr_t sp, uint64_t key) {
+  static_assert(thread_cache::walk_sets == 256);
+  return (((sp >> 3) ^ key) * 0x9E3779B97F4A7C15ull) >> 56;
 }
 
-// A remembered walk from (sp, bp) whose words still hold their values: its frames go to `out`.
-__attribute__((no_sanitize("address", "thread"))) const remembered_walk* replay(thread_cache* c, uintptr_t sp,
-                                                                               uintptr_t bp, size_t max,
-                                                                               bool (*stop)(uintptr_t), uint64_t key,
-                                                                               uintptr_t* out) {
+// The serial of a remembered walk from (sp, bp) whose words still hash to what they did, or 0.
+__attribute__((no_sanitize("address", "thread"))) uint64_t recall(const thread_cache* c, uintptr_t sp, uintptr_t bp,
+                                                                  size_t max, bool (*stop)(uintptr_t), uint64_t key) {
   const auto* stack = reinterpret_cast<const uintptr_t*>(sp);
-  for (const remembered_walk& w : c->walks[walk_set(sp)]) {
+  for (const remembered_walk& w : c->walks[walk_set(sp, key)]) {
     if (w.serial == 0 || w.sp != sp || w.key != key || w.stop != stop || w.max != max || (w.bp_used && w.bp != bp))
       continue;
-    size_t n = 0, i = 0;
-    for (; i < w.words; ++i) {
-      const uintptr_t v = stack[w.where[i] & ~remembered_walk::frame_bit];
-      if (v != w.value[i]) break;
-      if (w.where[i] & remembered_walk::frame_bit) out[n++] = v;
-    }
-    if (i == w.words) return &w;
+    uint64_t h = 0;
+    size_t i = 0;
+    for (; i + 1 < w.words; i += 2) h += word_pair_term(stack[w.where[i]], stack[w.where[i + 1]], i / 2);
+    if (i < w.words) h += word_pair_term(stack[w.where[i]], 0, i / 2);
+    if (finish_word_hash(h, w.words) == w.hash) return w.serial;
   }
-  return nullptr;
+  return 0;
 }
 
 uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool (*stop)(uintptr_t), uint64_t key,
                   const walk_record& r, size_t frames) {
-  if (r.overflow) return 0;
-  const size_t set = walk_set(sp);
+  if (r.overflow || frames == 0) return 0;  // a recall writes no frames: 0 frames and a serial would be one
+  const size_t set = walk_set(sp, key);
   remembered_walk& w = c->walks[set][c->walk_victim[set]];
-  c->walk_victim[set] = static_cast<uint8_t>((c->walk_victim[set] + 1) % thread_cache::ways);
+  c->walk_victim[set] = static_cast<uint8_t>((c->walk_victim[set] + 1) % thread_cache::walk_ways);
   w.serial = next_walk_serial.fetch_add(1, std::memory_order_relaxed);
   w.key = key;
   w.stop = stop;
@@ -170,13 +174,14 @@ uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool 
   w.bp = bp;
   w.bp_used = r.bp_used;
   w.max = static_cast<uint32_t>(max);
-  w.frames = static_cast<uint16_t>(frames);
   w.words = 0;
+  uintptr_t values[remembered_walk::max_words];
   for (size_t i = 0; i < r.words; ++i) {
     if (!r.needed[i]) continue;
-    w.where[w.words] = r.where[i];
-    w.value[w.words++] = r.value[i];
+    values[w.words] = r.value[i];
+    w.where[w.words++] = r.where[i];
   }
+  w.hash = word_hash(values, w.words);
   return w.serial;
 }
 
@@ -208,10 +213,10 @@ __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(rip), "=r"(rsp), "=r"(rbp));
   if ((c->replayed + c->walked) % 4096 == 4095) add_counts(c);
   if (walk != nullptr && max != 0) {
-    if (const remembered_walk* w = replay(c, rsp, rbp, max, stop, key, out); w != nullptr) {
+    if (const uint64_t serial = recall(c, rsp, rbp, max, stop, key); serial != 0) {
       ++c->replayed;
-      *walk = w->serial;
-      return w->frames;
+      *walk = serial;
+      return 0;
     }
   }
   ++c->walked;
@@ -235,9 +240,9 @@ __attribute__((noinline, no_sanitize("address", "thread"))) size_t cfi_backtrace
       if (at < rsp || at + 8 > c->stack_hi) return take_slow_path(rip, why_stack);
       rbp = *reinterpret_cast<const uintptr_t*>(at);
       record.bp_from = record.words;
-      record.read(sp0, at, rbp, false, false);
+      record.read(sp0, at, rbp, false);
     }
-    record.read(sp0, cfa - 8, ra, ra != 0, true);
+    record.read(sp0, cfa - 8, ra, true);
     if (ra == 0) break;
     out[n++] = ra;
     if (stop != nullptr && stop(ra)) break;

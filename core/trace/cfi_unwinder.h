@@ -21,11 +21,12 @@ bool cfi_unwinder_supported();
 // `stop`, ends after the first address for which stop() is true. Returns 0 if the stack needs the
 // slow path (the caller then uses _Unwind_Backtrace).
 //
-// With `walk`, the walk is remembered, and one that would repeat a remembered walk is recognised by
-// re-reading the stack words that walk depended on (Note [Remembered walks] in cfi_unwinder.cpp);
-// *walk is then the serial number of that sequence of frames (equal serials: equal frames, for the
-// life of the process), or 0 if the walk was not remembered. `key` must differ whenever stop() could
-// answer differently for some address (what it tests has changed).
+// With `walk`, a capture whose stack would repeat a remembered walk is recognised by re-reading the
+// stack words that walk depended on (Note [Remembered walks] in cfi_unwinder.cpp): it returns 0, writes
+// no frames and sets *walk to that walk's serial number (equal serials: equal frames, for the life of
+// the process). Otherwise it walks, remembers the walk and sets *walk to its serial, or to 0 if the
+// walk could not be remembered. `key` must differ whenever stop() could answer differently for some
+// address (what it tests has changed); callers may fold more into it to spread their walks.
 size_t cfi_backtrace(uintptr_t* out, size_t max, bool (*stop)(uintptr_t) = nullptr, uint64_t key = 0,
                      uint64_t* walk = nullptr);
 // Captures that re-read a remembered walk, and captures that walked, since the process started (all

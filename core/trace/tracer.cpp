@@ -6,6 +6,7 @@
 #include <new>
 
 #include "base/clock.h"
+#include "base/word_hash.h"
 #include "recent_sites.h"
 #include "script_frames.h"
 #include "tags.h"
@@ -56,8 +57,8 @@ block_tag tracer::capture(size_t size) {
   return tag;
 }
 
-// A repeated call site costs the walks and a compare (Note [Recent sites]); a new one, a hash and an
-// intern besides.
+// A repeated call site costs the Python walk, a recalled native walk and a lookup in this thread's
+// recent sites; a new one, a native walk, a hash and an intern besides (Note [Recent sites]).
 uint32_t tracer::capture_site() {
   if (mode_ == capture_mode::off) return 0;
   uintptr_t raw[max_capture_depth + own_frames_room + max_capture_depth * words_per_script_frame];
@@ -66,22 +67,26 @@ uint32_t tracer::capture_site() {
   const uintptr_t* captured = raw + native_room;
   const size_t script = captures_script(mode_) ? capture_script_frames(raw + native_room, script_depth_) : 0;
   const uint32_t generation = code_ranges_generation();
+  const recent_sites::key key0{0, word_hash(captured, script * words_per_script_frame), current_tags(),
+                               static_cast<uint32_t>(script)};
   size_t n = 0;
   uint64_t walk = 0;
-  if (captures_native(mode_)) {
-    // capture:all ends the native walk at the interpreter loop when there are script frames to stand
-    // for what lies beyond it (under CPython most of those native frames are the interpreter's own).
-    // Without them (the provider off, or the interpreter finalising) the whole native stack is kept.
-    const bool stop = script != 0 && native_stops_at_script(mode_);
-    n = unwinder_.capture(raw, native_room, stop ? in_interpreter_loop : nullptr, generation, &walk);
-  }
-  const recent_sites::key key{walk, {script ? captured[0] : 0, script ? captured[1] : 0}, current_tags(),
-                              static_cast<uint32_t>(script)};
+  // capture:all ends the native walk at the interpreter loop when there are script frames to stand
+  // for what lies beyond it (under CPython most of those native frames are the interpreter's own).
+  // Without them (the provider off, or the interpreter finalising) the whole native stack is kept.
+  const bool stop = script != 0 && native_stops_at_script(mode_);
+  const unwinder::stop_fn stop_at = stop ? in_interpreter_loop : nullptr;
+  const uint64_t walk_key = generation;  // what in_interpreter_loop tests
+  if (captures_native(mode_)) n = unwinder_.capture(raw, native_room, stop_at, walk_key, &walk);
+  const recent_sites::key key{walk, key0.script, key0.tags, key0.frames};
   // Native frames are known by their walk's serial, or not at all (then no cache).
   recent_sites* recent =
       captures_native(mode_) && walk == 0 ? nullptr : recent_sites::of_this_thread(serial_, generation);
   if (recent != nullptr)
-    if (const uint32_t site = recent->find(key, captured, sites_); site != 0) return site;
+    if (const uint32_t site = recent->find(key); site != 0) return site;
+  // A recalled walk wrote no frames: walk again for them (the same stack, so the same frames but
+  // this function's own, which are dropped below).
+  if (captures_native(mode_) && n == 0 && walk != 0) n = unwinder_.capture(raw, native_room, stop_at, walk_key);
   const size_t first = strip_own_frames(raw, n);
   const size_t kept = std::min(n - first, static_cast<size_t>(depth_));
   uintptr_t* script_words = raw + first + kept;

@@ -97,7 +97,8 @@ __attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max, s
     return n < 0 ? 0 : cut(static_cast<size_t>(n));
   }
   if (kind_ == kind::cfi) {
-    if (const size_t n = cfi_backtrace(out, max, stop, key, walk); n != 0) return n;
+    const size_t n = cfi_backtrace(out, max, stop, key, walk);
+    if (n != 0 || (walk != nullptr && *walk != 0)) return n;  // frames, or a recalled walk
   }
   // safe_dump_to writes a terminating 0 and counts it; give it room for one more.
   uintptr_t buf[max_capture_depth + 32];

@@ -6,7 +6,8 @@
 //              symbols never replace libgcc's in the process: about 8 ns a frame once warm; the first
 //              capture on a thread costs ~76 us (its per-thread cache).
 //   cfi        tracepool's own caching DWARF unwinder (cfi_unwinder.h), x86-64 Linux: each return
-//              address's rule is interpreted once per thread; stacks it cannot follow go to boost.
+//              address's rule is interpreted once per thread, and repeated walks are recalled; its
+//              per-thread cache is ~600 KB; stacks it cannot follow go to boost.
 //   boost      boost::stacktrace::safe_dump_to, i.e. libgcc's _Unwind_Backtrace: about 100-165 ns a
 //              frame, everywhere, no heap use. The portable path.
 //
@@ -40,7 +41,8 @@ class unwinder {
   // Up to `max` return addresses, innermost first, starting inside the caller of capture(); with
   // `stop`, the last is the first address for which stop() is true. With `walk`, *walk names the
   // sequence of frames for the life of the process where the unwinder can tell (cfi's remembered
-  // walks, cfi_unwinder.h; `key` as there), else 0.
+  // walks, cfi_unwinder.h; `key` as there), else 0; a capture that recalls a remembered walk returns
+  // 0 with *walk set, and writes no frames (call again without `walk` for them).
   using stop_fn = bool (*)(uintptr_t return_address);
   size_t capture(uintptr_t* out, size_t max, stop_fn stop = nullptr, uint64_t key = 0, uint64_t* walk = nullptr) const;
 
