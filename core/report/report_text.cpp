@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 
 #include "report/report.h"
 
@@ -70,13 +71,47 @@ python_view python_frames(const std::vector<frame_info>& fs) {
   return v;
 }
 
-// "in ..." naming what the user's line called: the innermost script frame when library frames come
-// before the user's, else the innermost native frame that is not the interpreter's own; "" if none.
+// `name` when `function` is "PREFIX name::SUFFIX..." (a demangled name), else "".
+std::string name_between(const std::string& function, const char* prefix, const char* suffix) {
+  if (function.rfind(prefix, 0) != 0) return "";
+  const size_t begin = std::strlen(prefix), end = function.find("::", begin);
+  if (end == std::string::npos || function.compare(end + 2, std::strlen(suffix), suffix) != 0) return "";
+  return function.substr(begin, end - begin);
+}
+
+// The PyTorch operator that asked for a block, from the native frames before the first script frame:
+// the outermost ATen operator called (at::_ops::NAME::call, the dispatcher's entry; the ones inside
+// it, such as the empty_strided that zeros_like calls, are how it allocates), and the autograd node
+// that called it when backward ran it. "aten::zeros_like", "aten::threshold_backward in
+// ReluBackward0"; "" when the stack holds no operator (not PyTorch, or unsymbolised frames).
+std::string pytorch_op(const std::vector<frame_info>& fs) {
+  std::string op, node;
+  for (const frame_info& f : fs) {
+    if (f.script) break;
+    if (std::string name = name_between(f.function, "at::_ops::", "call("); !name.empty()) {
+      op = std::move(name);
+      node.clear();  // a node counts only if it called this operator
+    } else if (std::string n = name_between(f.function, "torch::autograd::generated::", "apply(");
+               !n.empty() && !op.empty() && node.empty()) {
+      node = std::move(n);
+    }
+  }
+  if (op.empty()) return "";
+  return "aten::" + op + (node.empty() ? "" : " in " + node);
+}
+
+// "in ..." naming what the user's line called: the PyTorch operator if there is one (then, when
+// library frames come before the user's, the innermost of those too), else the innermost script
+// frame when library frames come before the user's, else the innermost native frame that is not the
+// interpreter's own; "" if none.
 std::string entry_line(const std::vector<frame_info>& fs, const python_view& v) {
+  std::string op = pytorch_op(fs);
   if (v.first_user > 0) {
     const frame_info& f = *v.frames[0];
-    return "in " + function_name(f) + printf_string(" (%s:%d)", base_name(f.file).c_str(), f.line);
+    const std::string caller = function_name(f) + printf_string(" (%s:%d)", base_name(f.file).c_str(), f.line);
+    return op.empty() ? "in " + caller : "in " + op + ", from " + caller;
   }
+  if (!op.empty()) return "in " + op;
   for (const frame_info& n : fs) {
     if (n.script) break;
     if (n.interpreter) continue;
@@ -107,6 +142,7 @@ void frames(std::string& out, const std::vector<frame_info>& fs) {
     if (i < v.frames.size()) out += printf_string("       ... %zu more Python frames\n", v.frames.size() - i);
     return;
   }
+  if (const std::string op = pytorch_op(fs); !op.empty()) out += "       in " + op + "\n";
   size_t shown = 0;
   while (shown < fs.size() && shown < frames_shown) {
     out += "       " + frame_line(fs[shown]) + "\n";

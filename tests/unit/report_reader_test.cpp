@@ -194,6 +194,58 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
   EXPECT_EQ(oom.find("private pool"), std::string::npos) << "device 0's pool is not device 1's: " << oom;
 }
 
+// A PyTorch site is named by the operator that asked, not by the allocator's plumbing: the outermost
+// at::_ops::NAME::call, with the autograd node that ran it in backward, then the library line that
+// called it; the same after a save and a read.
+TEST(ReportReader, APyTorchSiteIsNamedByItsOperator) {
+  auto site = [](uint32_t id, std::vector<core::frame_info> frames) {
+    core::site_summary s;
+    s.site = id;
+    s.frames = std::move(frames);
+    s.bytes = s.block_bytes = s.peak_bytes = s.total_bytes = (10 - id) << 20;
+    s.blocks = s.total_blocks = 1;
+    return s;
+  };
+  const char* cpu = "/site-packages/torch/lib/libtorch_cpu.so";
+  core::report r;
+  r.reason = "exit";
+  r.backend = "host";
+  r.capture = "all";
+  r.unwinder = "cfi";
+  r.leaks = {
+      site(1, {native_frame("at::detail::empty_strided_generic(c10::ArrayRef<long>)", "", 0, cpu, 0x10),
+               native_frame("at::_ops::empty_strided::call(c10::ArrayRef<c10::SymInt>)", "", 0, cpu, 0x11),
+               native_frame("at::native::zeros_like(at::Tensor const&)", "", 0, cpu, 0x12),
+               native_frame("at::_ops::zeros_like::call(at::Tensor const&)", "", 0, cpu, 0x13),
+               native_frame("torch::autograd::THPVariable_zeros_like(_object*, _object*, _object*)", "", 0,
+                            "/site-packages/torch/lib/libtorch_python.so", 0x14),
+               native_frame("_PyEval_EvalFrameDefault", "", 0, "/usr/bin/python3", 0x15, true),
+               python_frame("Adam._init_group", "/site-packages/torch/optim/adam.py", 178),
+               python_frame("train", "train.py", 40)}),
+      site(2, {native_frame("at::detail::empty_generic(c10::ArrayRef<long>)", "", 0, cpu, 0x20),
+               native_frame("at::_ops::threshold_backward::call(at::Tensor const&, at::Tensor const&)", "", 0, cpu, 0x21),
+               native_frame("torch::autograd::generated::ReluBackward0::apply(std::vector<at::Tensor>&&)", "", 0, cpu,
+                            0x22),
+               native_frame("torch::autograd::Node::operator()(std::vector<at::Tensor>&&)", "", 0, cpu, 0x23),
+               native_frame("torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&)", "", 0, cpu, 0x24),
+               python_frame("backward", "/site-packages/torch/_tensor.py", 581, true),
+               python_frame("train", "train.py", 50, true)}),
+      site(3, {native_frame("at::_ops::add_Tensor::call(at::Tensor const&, at::Tensor const&)", "", 0, cpu, 0x30),
+               python_frame("step", "train.py", 12)}),
+      site(4, {native_frame("at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>)", "", 0, cpu, 0x40),
+               native_frame("main", "app.cpp", 7, "/bin/app", 0x41)}),
+      site(5, {native_frame("cudaMalloc", "", 0, "/lib/libcudart.so", 0x50), python_frame("run", "cupy_app.py", 3)})};
+  for (const std::string& text : {core::to_text(r), core::to_text(read_back(core::to_json(r)))}) {
+    for (const char* expected : {"       in aten::zeros_like, from Adam._init_group (adam.py:178)\n       at train (train.py:40)",
+                                 "       in aten::threshold_backward in ReluBackward0, from backward (_tensor.py:581)\n",
+                                 "       in aten::add_Tensor\n       at step (train.py:12)",
+                                 "       in aten::empty_memory_format\n       at at::_ops::empty_memory_format::call(",
+                                 "       in cudaMalloc (libcudart.so)\n       at run (cupy_app.py:3)"})
+      EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+    EXPECT_EQ(text.find("empty_strided"), std::string::npos) << "the operator, not how it allocates:\n" << text;
+  }
+}
+
 // A host instance's own reports (native frames, tags, marks, retained and cached memory, an OOM): the
 // C API renders their JSON into the text the instance itself wrote.
 __attribute__((noinline)) void* hold(tracepool_t* tp, size_t n) {
