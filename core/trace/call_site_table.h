@@ -48,7 +48,11 @@ struct site_record {
   std::atomic<bool> ready{false};
   std::atomic<script_frame*> script{nullptr};  // script_depth described frames, set once
 
-  std::atomic<int64_t> live_bytes{0};
+  // The counters that every allocation and free of the site updates start a cache line of their own
+  // (the record is aligned to one): in a PyTorch step the thread that frees a block is often not the
+  // one that allocated it, and a line shared with the fields above, which capture and reports read,
+  // or with a neighbouring site's counters moved between cores more often.
+  alignas(64) std::atomic<int64_t> live_bytes{0};
   std::atomic<int64_t> live_blocks{0};  // x block_unit
   std::atomic<int64_t> peak_bytes{0};
   std::atomic<int64_t> total_bytes{0};   // allocated since creation

@@ -17,6 +17,14 @@
 # becomes a FAIL or SKIP row, never a silent stop. Exit status 1 if any row is FAIL; rows marked
 # meets/misses are performance targets and inform only, as do info rows.
 #
+# TRACEPOOL_GPU_STEPS=capture runs instead only what call sites cost inside PyTorch (issue 15): the
+# Python package is built, then tests/gpu/capture_bench.py runs TRACEPOOL_CAPTURE_ROUNDS (default 5)
+# interleaved rounds of one process per variant (PyTorch's allocator; tracepool with capture:off,
+# python, native and all) over a ResNet-50 AdamW step with fresh batches, a GPT-2 step, ResNet-18
+# inference at batch 1 and a torch.empty loop, then the time spent inside tracepool_malloc and
+# tracepool_free under tests/gpu/timed_shim.cpp; its budget defaults to 560 s (call it with a 600 s
+# limit). Its output goes to torch.log.
+#
 # OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log (with the stress
 # suite's and every compute-sanitizer run's output, each under a ==== header) bench.log bench.json
 # trace_bench.log torch.log summary.md. The build trees are outside OUTDIR:
@@ -28,7 +36,9 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd) && cd "$ROOT" || exit 2
 BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
 LIB=$BUILD/capi/libtracepool.so
-DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-520}))
+STEPS=${TRACEPOOL_GPU_STEPS:-all}
+case $STEPS in all) budget_s=520 ;; capture) budget_s=560 ;; *) echo "TRACEPOOL_GPU_STEPS: all or capture, not $STEPS" >&2; exit 2 ;; esac
+DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
 rm -f "$OUT"/{build,unit,conformance,bench,trace_bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md
 export PYTHONUNBUFFERED=1
@@ -85,7 +95,9 @@ fi
 # ---- 2. Build -------------------------------------------------------------------------------------
 { cmake --version | head -1; nvcc --version 2>&1 | tail -2; g++ --version | head -1; } >"$OUT/build.log" 2>&1
 t0=$SECONDS
-if [[ ! -f CMakeLists.txt ]]; then
+if [[ $STEPS == capture ]]; then
+  row SKIP "build" "TRACEPOOL_GPU_STEPS=capture: the Python package alone"
+elif [[ ! -f CMakeLists.txt ]]; then
   row FAIL "build" "no CMakeLists.txt in $ROOT"
 elif ! command -v cmake >/dev/null; then
   row FAIL "build" "cmake not found"
@@ -109,9 +121,10 @@ fi
 # Baseline plugins for the PyTorch checks (minimal exact-size cache; tracepool timed from outside).
 REF=$BUILD/reference_plugins.so
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
-  -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 \
-  || echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
+[[ $STEPS == capture ]] ||
+  g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
+    -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 ||
+  echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
 
 # ---- 2b. The Python package ------------------------------------------------------------------------
 # pip builds libtracepool.so, the extension and (torch being importable) libtracepool_torch.so once more, in
@@ -166,7 +179,47 @@ wait_for_package() {
   row PASS "pip install (Python package)" "$secs s (in the background); torch allocator class: ${shim:-not built, see build.log}"
 }
 
+# ---- 2c. What call sites cost inside PyTorch (tests/gpu/capture_bench.py; TRACEPOOL_GPU_STEPS=capture) --
+# capture_step VARIANT ROUND [VAR=VALUE...]: one capture_bench.py process writing WORK/cap/capture.VARIANT.ROUND.json.
+capture_step() {
+  local v=$1 r=$2 t
+  shift 2
+  t=$(budget 120 40)
+  printf '\n==== capture_bench.py run %s (round %s, limit %s s, %s) ====\n' "$v" "$r" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
+  env "$@" timeout -k 5 "$t" "$PY" tests/gpu/capture_bench.py run "$v" --out "$WORK/cap/capture.$v.$r.json" \
+    >>"$OUT/torch.log" 2>&1
+  echo "==== exit status $?" >>"$OUT/torch.log"
+}
+
+# capture_rounds ROUNDS: each round runs every variant once, in an order rotated from round to round,
+# so that drift on the machine is shared; then the timed shim's processes. capture_bench.py report
+# compares medians of rounds with PyTorch's allocator.
+capture_rounds() {
+  local rounds=$1 variants=(pytorch off python native all) r i v shim=$WORK/timed_shim.so lib
+  mkdir -p "$WORK/cap"
+  g++ -O2 -std=c++17 -shared -fPIC tests/gpu/timed_shim.cpp -o "$shim" -ldl >>"$OUT/build.log" 2>&1 || shim=
+  lib=$("$PY" -c 'import tracepool; print(tracepool.library_path())' 2>>"$OUT/build.log")
+  for ((r = 1; r <= rounds; ++r)); do
+    for ((i = 0; i < ${#variants[@]}; ++i)); do capture_step "${variants[(i + r - 1) % ${#variants[@]}]}" "$r"; done
+  done
+  if [[ -n $shim && -n $lib ]]; then
+    for v in timed_off timed_all timed_python; do capture_step "$v" 1 LD_PRELOAD="$shim" TRACEPOOL_TIMED_LIB="$lib"; done
+  else
+    row FAIL "capture bench: timed shim" "timed_shim.so did not build (see build.log) or no library ('$lib')"
+  fi
+  while IFS= read -r line; do ROWS+=("$line"); done < <(
+    { python3 tests/gpu/capture_bench.py report "$WORK/cap" || echo "FAIL|capture bench|capture_bench.py report failed"; } 2>&1 \
+      | grep -E '^[A-Za-z]+\|' || echo "FAIL|capture bench|capture_bench.py report printed nothing")
+}
+
+if [[ $STEPS == capture ]]; then
+  wait_for_package
+  if [[ $PY == python3 ]]; then row FAIL "capture bench" "no package to measure"; else capture_rounds "${TRACEPOOL_CAPTURE_ROUNDS:-5}"; fi
+fi
+
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
+if [[ $STEPS == all ]]; then
 gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_tests" "$OUT/conformance.log" 1 \
   --gtest_filter='*cuda*'
 
@@ -541,6 +594,8 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
 while IFS= read -r line; do ROWS+=("$line"); done < <(
   { python3 tests/gpu/torch_seeds.py report "$WORK" || echo "FAIL|torch seeds|torch_seeds.py report failed"; } 2>&1 \
     | grep -E '^[A-Za-z]+\|' || echo "FAIL|torch seeds|torch_seeds.py report printed nothing")
+
+fi  # STEPS == all
 
 # ---- Summary --------------------------------------------------------------------------------------
 nfail=0
