@@ -278,8 +278,9 @@ def fmt(value, unit):
 
 
 def step_row(runs, workload):
-    """One row per workload: each variant's median over its rounds, its ratio to pytorch's, and the
-    range of the per-round ratios (round k of a variant against round k of pytorch)."""
+    """One row per workload: each variant's median over its rounds, its ratio to pytorch's (the target
+    is on this one), and the range and median of the per-round ratios (round k of a variant against
+    round k of pytorch, which ran minutes apart at most)."""
     unit, target = UNITS[workload], TARGETS[workload]
     name = "capture bench: %s, %s" % (LABELS[workload], "ns per pair" if unit == "ns" else unit)
     base, failure = rounds_of(runs, "pytorch", workload)
@@ -301,8 +302,8 @@ def step_row(runs, workload):
         values = [r["value"] for r in recs]
         ratio = statistics.median(values) / base_median
         paired = [v / b for v, b in zip(values, base_values)]
-        parts.append("%s %s %.3fx [%.3f-%.3f]" % (variant, fmt(statistics.median(values), unit), ratio, min(paired),
-                                                   max(paired)))
+        parts.append("%s %s %.3fx [rounds %.3f-%.3f, median %.3f]" % (
+            variant, fmt(statistics.median(values), unit), ratio, min(paired), max(paired), statistics.median(paired)))
         if variant == "all" and target is not None:
             verdict = "meets" if ratio <= target else "misses"
     allocs = base[0].get("allocs_per_unit")
