@@ -150,10 +150,15 @@ TEST_F(RememberedWalks, RbpBasedFramesAreRecalledExactly) {
   expect_recalled_and_told_apart(check_paths({over_alloca<1>, over_alloca<2>}, 4));
 }
 
-// More paths from one stack pointer than a set of remembered walks holds: evicted walks are walked
-// again and still right.
+// More paths from one stack pointer than a set of remembered walks holds (8 ways): evicted walks are
+// walked again, and every capture is still right.
 TEST_F(RememberedWalks, MorePathsThanTheCacheHoldsStayRight) {
-  check_paths({caller<10>, caller<11>, caller<12>, caller<13>, caller<14>, caller<15>, caller<16>, caller<17>}, 3);
+  const auto before = cfi_walks();
+  check_paths({caller<10>, caller<11>, caller<12>, caller<13>, caller<14>, caller<15>, caller<16>, caller<17>,
+               caller<18>, caller<19>, caller<30>, caller<31>},
+              3);
+  const auto after = cfi_walks();
+  EXPECT_LT(after.replayed - before.replayed, 24u) << "12 paths in 8 ways: some were evicted and walked again";
 }
 
 // A walk that stopped early is not recalled for a capture without that stop, nor under another key.
