@@ -197,15 +197,6 @@ static size_t copy_lent(uintptr_t* words, size_t max_frames) {
   return n;
 }
 
-/* Frames lie on the thread's frame stack, older ones below newer ones, mostly out of the cache when an
- * allocation comes from deep in a model (the eval loop touches only the newest): walking them is a
- * chain of dependent misses, ~20 ns a frame on an H200 host. Asking for the 4 KB below the newest
- * frame first lets those misses overlap. A prefetch never faults, wherever the range ends. */
-static void prefetch_frames(const _PyInterpreterFrame* newest) {
-  const char* top = (const char*)newest;
-  for (size_t back = 0; back < 4096; back += 64) __builtin_prefetch(top - back, 0, 1);
-}
-
 static size_t capture(uintptr_t* words, size_t max_frames) {
   if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return 0;
   atomic_long* count = enter();
@@ -213,9 +204,7 @@ static size_t capture(uintptr_t* words, size_t max_frames) {
   size_t n = 0;
   PyThreadState* ts = PyGILState_GetThisThreadState(); /* a thread-specific-storage read, no lock */
   if (ts != NULL) {
-    _PyInterpreterFrame* newest = newest_frame(ts);
-    if (newest != NULL) prefetch_frames(newest);
-    n = walk(newest, words, max_frames, 0);
+    n = walk(newest_frame(ts), words, max_frames, 0);
     if (n == 0) n = copy_lent(words, max_frames);
   }
   leave(count);
