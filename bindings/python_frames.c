@@ -282,6 +282,15 @@ static void text_of(PyObject* s, const char** text, size_t* length) {
   *length = n;
 }
 
+/* A frame that describe() cannot read, named by `why`. */
+static void describe_unknown(tracepool_script_frame_t* frame, const char* why) {
+  frame->file = "";
+  frame->file_len = 0;
+  frame->function = why;
+  frame->function_len = strlen(why);
+  frame->line = 0;
+}
+
 static int describe(const uintptr_t* words, size_t frames, tracepool_script_frame_t* out) {
   atomic_long* alive = enter();
   scratch.used = 0;
@@ -289,20 +298,12 @@ static int describe(const uintptr_t* words, size_t frames, tracepool_script_fram
     tracepool_script_frame_t* frame = &out[i];
     frame->flags = (unsigned)(words[2 * i + 1] & (TRACEPOOL_FRAME_ENTRY | TRACEPOOL_FRAME_BORROWED));
     if (!alive) { /* the interpreter is going away: its objects may be too */
-      frame->file = "";
-      frame->file_len = 0;
-      frame->function = "<interpreter exiting>";
-      frame->function_len = strlen(frame->function);
-      frame->line = 0;
+      describe_unknown(frame, "<interpreter exiting>");
       continue;
     }
     PyCodeObject* code = (PyCodeObject*)words[2 * i];
     if (!PyCode_Check(code)) { /* walk() checks only the newest frame's code */
-      frame->file = "";
-      frame->file_len = 0;
-      frame->function = "<not code>";
-      frame->function_len = strlen(frame->function);
-      frame->line = 0;
+      describe_unknown(frame, "<not code>");
       continue;
     }
     frame->line = line_of(code, (int)(words[2 * i + 1] >> 2));

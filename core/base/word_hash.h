@@ -53,12 +53,19 @@ inline uint64_t finish_word_hash(uint64_t sum, size_t length) {
   return h ^ (h >> 33);
 }
 
-inline uint64_t word_hash(const uintptr_t* words, size_t n) {
+// The hash of the n words word(0) .. word(n - 1), wherever they lie (cfi_unwinder.cpp gathers them
+// from the stack).
+template <typename Word>
+uint64_t word_hash_of(size_t n, Word&& word) {
   uint64_t sum = 0;
   size_t i = 0;
-  for (; i + 1 < n; i += 2) sum += word_pair_term(words[i], words[i + 1], i / 2);
-  if (i < n) sum += word_pair_term(words[i], 0, i / 2);
+  for (; i + 1 < n; i += 2) sum += word_pair_term(word(i), word(i + 1), i / 2);
+  if (i < n) sum += word_pair_term(word(i), 0, i / 2);
   return finish_word_hash(sum, n);
+}
+
+inline uint64_t word_hash(const uintptr_t* words, size_t n) {
+  return word_hash_of(n, [words](size_t i) { return words[i]; });
 }
 
 }  // namespace tracepool::core

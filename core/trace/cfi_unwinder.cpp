@@ -152,11 +152,7 @@ __attribute__((no_sanitize("address", "thread"))) uint64_t recall(const thread_c
   for (const remembered_walk& w : c->walks[walk_set(sp, key)]) {
     if (w.serial == 0 || w.sp != sp || w.key != key || w.stop != stop || w.max != max || (w.bp_used && w.bp != bp))
       continue;
-    uint64_t h = 0;
-    size_t i = 0;
-    for (; i + 1 < w.words; i += 2) h += word_pair_term(stack[w.where[i]], stack[w.where[i + 1]], i / 2);
-    if (i < w.words) h += word_pair_term(stack[w.where[i]], 0, i / 2);
-    if (finish_word_hash(h, w.words) == w.hash) return w.serial;
+    if (word_hash_of(w.words, [&](size_t i) { return stack[w.where[i]]; }) == w.hash) return w.serial;
   }
   return 0;
 }

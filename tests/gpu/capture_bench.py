@@ -117,7 +117,8 @@ def timed_delta(before):
     return {"ns": ns, "allocs": allocs, "frees": frees}
 
 
-def resnet50(torch, quick):
+def resnet50_step(torch):
+    """step(i) of the ResNet-50 training loop (torch_check.py times it too)."""
     import torchvision
     torch.manual_seed(0)
     with torch.device("cuda"):  # initialised on the GPU: seconds less per process than on the CPU
@@ -135,7 +136,11 @@ def resnet50(torch, quick):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return step_workload(torch, step, 5, 10 if quick else 30)
+    return step
+
+
+def resnet50(torch, quick):
+    return step_workload(torch, resnet50_step(torch), 5, 10 if quick else 30)
 
 
 def gpt2(torch, quick):

@@ -267,27 +267,15 @@ def check_gpt2_step(torch, args):
 
 
 def check_resnet_step(torch, args):
-    import torchvision  # ImportError becomes a skip
-    torch.manual_seed(0)
-    model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last).train()
     # As a training loop runs it (issue 15): AdamW, and a fresh batch each step, copied from pinned host
     # memory as a DataLoader's is (one fixed batch and SGD allocate less, and hid the cost of call sites).
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(1)
-    images = [torch.randn(64, 3, 224, 224, generator=gen).pin_memory() for _ in range(4)]
-    labels = [torch.randint(0, 1000, (64,), generator=gen).pin_memory() for _ in range(4)]
-    turn = [0]
+    from capture_bench import resnet50_step  # imports torchvision: ImportError becomes a skip
+    step, turn = resnet50_step(torch), [0]
 
-    def step():
-        i = turn[0] = turn[0] + 1
-        x = images[i % 4].to("cuda", non_blocking=True).to(memory_format=torch.channels_last)
-        y = labels[i % 4].to("cuda", non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return lambda: timed_steps(torch, args, step, 5, args.steps or 12)
+    def next_step():
+        turn[0] += 1
+        step(turn[0])
+    return lambda: timed_steps(torch, args, next_step, 5, args.steps or 12)
 
 
 def check_history_viz(torch, args):
