@@ -121,19 +121,21 @@ void call_site_table::unlock_all() {
 
 void call_site_table::on_alloc(uint32_t id, int64_t bytes, int64_t blocks) {
   site_record& r = at(id);
-  const int64_t live = r.live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  r.live_blocks.fetch_add(blocks, std::memory_order_relaxed);
-  r.total_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  const int64_t total = r.total_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   r.total_blocks.fetch_add(blocks, std::memory_order_relaxed);
   int64_t peak = r.peak_bytes.load(std::memory_order_relaxed);
+  // Live bytes are at most total - freed_seen: while that is not above the peak, neither is live
+  // (Note [Site counters]).
+  if (total - r.freed_seen.load(std::memory_order_relaxed) <= peak) return;
+  const int64_t freed = r.freed_bytes.load(std::memory_order_acquire);
+  r.freed_seen.store(freed, std::memory_order_relaxed);  // a racing older value only lags: still a bound
+  const int64_t live = total - freed;
   while (live > peak && !r.peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
   }
 }
 
-void call_site_table::on_free(uint32_t id, int64_t bytes, int64_t blocks) {
-  site_record& r = at(id);
-  r.live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-  r.live_blocks.fetch_sub(blocks, std::memory_order_relaxed);
+void call_site_table::on_free(uint32_t id, int64_t bytes) {
+  at(id).freed_bytes.fetch_add(bytes, std::memory_order_release);
 }
 
 }  // namespace tracepool::core

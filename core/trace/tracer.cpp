@@ -119,7 +119,7 @@ void tracer::on_alloc(const block_event& e) {
 }
 
 void tracer::on_free(const block_event& e) {
-  if (e.site != 0) sites_.on_free(e.site, weighted_bytes(e.requested), weighted_blocks(e.requested));
+  if (e.site != 0) sites_.on_free(e.site, weighted_bytes(e.requested));
 }
 
 status tracer::on_mark(const mark_event& e) {
@@ -132,7 +132,7 @@ status tracer::on_mark(const mark_event& e) {
   for (uint32_t id = 1, end = sites_.end(); id < end; ++id) {
     if (!sites_.ready(id)) continue;
     site_record& rec = sites_.at(id);
-    const int64_t live = rec.live_bytes.load(std::memory_order_relaxed);
+    const int64_t live = rec.live_bytes();
     if (live > 0) m.site_live.emplace_back(id, live);
     if (marks_made_ > 0) {  // a step from the mark before (0 for a site born since)
       site_trend& t = rec.trend;
