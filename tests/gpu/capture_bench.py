@@ -1,47 +1,62 @@
 """What call sites cost inside PyTorch (issue 15), on the GPU machine; tests/gpu/run.sh runs it.
 
-    capture_bench.py run VARIANT --out FILE [--workloads W,...] [--quick]
-    capture_bench.py report DIR        (no torch: DIR/capture.*.json -> "STATUS|step|detail" rows)
+    capture_bench.py relay --out FILE [--turns N] [--budget S] [--variants V,...] [--workloads W,...]
+    capture_bench.py serve VARIANT     (one process of the relay; commands on stdin)
+    capture_bench.py report FILE       (no torch: the relay's JSON -> "STATUS|step|detail" rows)
 
-VARIANT, one per process (PyTorch picks its allocator once per process):
+Note [Turns]
+Step times on the GPU machine drift by 10-30% over minutes (PyTorch's own allocator read 21-28 ms per
+ResNet-50 step across five rounds of fresh processes in one call), which hides a 2% difference
+between processes run one after another. So every variant runs in its own process, all of them at
+once, set up and warmed once, and they take turns: one runs a short stretch of steps (a turn, about
+half a second) while the others wait on a pipe, doing nothing, and the order rotates from turn to
+turn. A variant's figure in one round is compared with PyTorch's in the same round, seconds apart;
+the rows give the median of those per-round ratios, their spread (interquartile range and extremes),
+and the ratio of the medians. The first step of each turn is not counted (the GPU switches contexts).
+
+VARIANT (PyTorch picks its allocator once per process, so one process each):
   pytorch            PyTorch's own caching allocator
   pytorch_history    the same under torch.cuda.memory._record_memory_history(stacks="all")
   off, python, native, all
                      tracepool.torch.install() with capture:<mode> appended to TRACEPOOL_CONF
                      (all, Python and native frames, is tracepool's default)
   timed_off, timed_python, timed_native, timed_all
-                     the same, with tests/gpu/timed_shim.cpp preloaded (run.sh sets LD_PRELOAD and
-                     TRACEPOOL_TIMED_LIB): the time spent inside tracepool_malloc and tracepool_free
+                     the same, with tests/gpu/timed_shim.cpp preloaded (TRACEPOOL_TIMED_SHIM names the
+                     built shim, TRACEPOOL_TIMED_LIB the library it wraps): the time spent inside
+                     tracepool_malloc and tracepool_free; only the CPU-bound workloads (resnet50,
+                     resnet18) run there
 
-WORKLOADS (each run once per process, after a warm-up; a process writes one JSON file):
+WORKLOADS (set up once per process, then timed in turns):
   resnet50   training step: ResNet-50, batch 64, channels_last, bf16 autocast, AdamW, a fresh batch
              each step (copied from pinned host memory, as a DataLoader's batch is)
   gpt2       training step: GPT-2 small, batch 8 x 1024, bf16 autocast, AdamW, fresh tokens each step
   resnet18   inference at batch 1 under inference_mode, a fresh input each iteration
   empty      torch.empty(1 MiB) alloc+free pairs through Python
-
-run.sh runs every variant once per round, rounds in rotated orders, so that drift on the machine is
-shared; `report` takes for each variant the median of its rounds' figures, and compares it with
-pytorch's (the ratio of the medians, and the range of the ratios of the rounds' figures).
 """
 import argparse
 import ctypes
 import gc
 import json
 import os
+import selectors
 import statistics
+import subprocess
 import sys
 import time
 
 GiB = float(1 << 30)
 CAPTURE_MODES = ("off", "python", "native", "all")
 VARIANTS = ("pytorch", "pytorch_history") + CAPTURE_MODES + tuple("timed_" + m for m in CAPTURE_MODES)
+DEFAULT_VARIANTS = ("pytorch", "off", "python", "native", "all", "timed_off", "timed_python", "timed_all")
 WORKLOADS = ("resnet50", "gpt2", "resnet18", "empty")
+TIMED_WORKLOADS = ("resnet50", "resnet18")
 LABELS = {"resnet50": "ResNet-50 AdamW step (fresh batch)", "gpt2": "GPT-2 AdamW step",
           "resnet18": "ResNet-18 inference, batch 1", "empty": "torch.empty loop"}
 TARGETS = {"resnet50": 1.02, "gpt2": 1.02, "resnet18": 1.05, "empty": None}  # for the default (all)
 UNITS = {"resnet50": "ms", "gpt2": "ms", "resnet18": "ms", "empty": "ns"}
+UNIT_NAMES = {"resnet50": "step", "gpt2": "step", "resnet18": "iteration", "empty": "pair"}
 CAPTURE_TARGET_US = 0.3  # default capture, per allocation
+MARK = "@@"  # starts the serve process's replies on its stdout
 
 
 def install(variant):
@@ -54,15 +69,10 @@ def install(variant):
     return torch
 
 
-class Allocations:
+def allocations(torch):
     """Allocations made so far, as the allocator counts them (tracepool's and PyTorch's own both answer
     torch.cuda.memory_stats once tracepool is installed)."""
-
-    def __init__(self, torch):
-        self.torch = torch
-
-    def __call__(self):
-        return self.torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+    return torch.cuda.memory_stats().get("allocation.all.allocated", 0)
 
 
 def timed_counters():
@@ -77,44 +87,15 @@ def timed_counters():
     return tuple(f() for f in fns)
 
 
-def memory_in_use_gib(torch):
-    gc.collect()
-    torch.cuda.synchronize()
-    free, total = torch.cuda.mem_get_info()  # no empty_cache: what a cache keeps is the point
-    return (total - free) / GiB
+def reserved_peak_gib(torch):
+    """The most the allocator held from the device (all the variants' processes share the GPU, so
+    what the driver says is in use is theirs together; each allocator answers memory_stats)."""
+    return torch.cuda.memory_stats().get("reserved_bytes.all.peak", 0) / GiB
 
 
 def pinned_batches(torch, make, count=4):
     """`count` host tensors in pinned memory, copied to the GPU in turn: a fresh input every step."""
     return [make(i).pin_memory() for i in range(count)]
-
-
-def step_workload(torch, step, warmup, steps):
-    """Times `steps` calls of step() after `warmup`, each between synchronisations."""
-    for i in range(warmup):
-        step(i)
-    allocs = Allocations(torch)
-    a0, t0 = allocs(), timed_counters()
-    times = []
-    for i in range(steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step(i)
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return {"value": statistics.median(times), "spread": [min(times), max(times)],
-            "allocs_per_unit": (allocs() - a0) / steps, "timed": timed_delta(t0),
-            "mem_in_use_gib": memory_in_use_gib(torch)}
-
-
-def timed_delta(before):
-    """What the timed shim counted since `before`: ns inside tracepool_malloc and tracepool_free,
-    and the calls of each."""
-    after = timed_counters()
-    if before is None or after is None:
-        return None
-    ns, allocs, frees = (a - b for a, b in zip(after, before))
-    return {"ns": ns, "allocs": allocs, "frees": frees}
 
 
 def resnet50_step(torch):
@@ -139,11 +120,57 @@ def resnet50_step(torch):
     return step
 
 
-def resnet50(torch, quick):
-    return step_workload(torch, resnet50_step(torch), 5, 10 if quick else 30)
+class Steps:
+    """A training loop: a turn times `per_turn` steps, each between synchronisations (ms)."""
+
+    calls = 1  # steps per figure
+
+    def __init__(self, torch, step, warmup, per_turn):
+        self.torch, self.step, self.per_turn, self.i = torch, step, per_turn, 0
+        for _ in range(warmup):
+            self.one()
+
+    def one(self):
+        self.step(self.i)
+        self.i += 1
+
+    def turn(self):
+        sync, times = self.torch.cuda.synchronize, []
+        for _ in range(self.per_turn):
+            sync()
+            start = time.perf_counter()
+            self.one()
+            sync()
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
 
 
-def gpt2(torch, quick):
+class Blocks:
+    """A loop timed in blocks: a turn times `blocks` blocks of `size` calls of one(), each block
+    ending in a synchronisation; the figure is per call (ms, or ns for the empty loop)."""
+
+    def __init__(self, torch, one, warmup, size, blocks, scale):
+        self.torch, self.one, self.calls, self.blocks, self.scale = torch, one, size, blocks, scale
+        for _ in range(warmup):
+            one()
+        torch.cuda.synchronize()
+
+    def turn(self):
+        times = []
+        for _ in range(self.blocks):
+            start = time.perf_counter()
+            for _ in range(self.calls):
+                self.one()
+            self.torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) * self.scale / self.calls)
+        return times
+
+
+def resnet50(torch):
+    return Steps(torch, resnet50_step(torch), 5, 11)
+
+
+def gpt2(torch):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -159,235 +186,366 @@ def gpt2(torch, quick):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return step_workload(torch, step, 3, 6 if quick else 15)
+    return Steps(torch, step, 3, 6)
 
 
-def resnet18(torch, quick):
+def resnet18(torch):
     """Small-batch inference, where the CPU's per-op cost (allocation included) sets the pace."""
     import torchvision
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = torchvision.models.resnet18(weights=None).eval()
     inputs = pinned_batches(torch, lambda i: torch.randn(1, 3, 224, 224))
-    iters, reps = (20, 3) if quick else (50, 5)
-    with torch.inference_mode():
-        for i in range(50):
-            model(inputs[i % 4].to("cuda", non_blocking=True))
-        torch.cuda.synchronize()
-        allocs = Allocations(torch)
-        a0, t0, times = allocs(), timed_counters(), []
-        for _ in range(reps):
-            start = time.perf_counter()
-            for i in range(iters):
-                model(inputs[i % 4].to("cuda", non_blocking=True))
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3 / iters)
-    return {"value": statistics.median(times), "spread": [min(times), max(times)],
-            "allocs_per_unit": (allocs() - a0) / (iters * reps), "timed": timed_delta(t0),
-            "mem_in_use_gib": memory_in_use_gib(torch)}
+    state = {"i": 0}
+
+    def one():
+        with torch.inference_mode():
+            model(inputs[state["i"] % 4].to("cuda", non_blocking=True))
+        state["i"] += 1
+    return Blocks(torch, one, 50, 25, 9, 1e3)
 
 
-def empty(torch, quick):
-    n, pairs, reps = 1 << 20, (5000 if quick else 20000), 5
-    for _ in range(5000):
+def empty(torch):
+    n = 1 << 20
+
+    def one():
         x = torch.empty(n, device="cuda")
         del x
-    allocs = Allocations(torch)
-    a0, t0, times = allocs(), timed_counters(), []
-    for _ in range(reps):
-        start = time.perf_counter_ns()
-        for _ in range(pairs):
-            x = torch.empty(n, device="cuda")
-            del x
-        times.append((time.perf_counter_ns() - start) / pairs)
-    return {"value": statistics.median(times), "spread": [min(times), max(times)],
-            "allocs_per_unit": (allocs() - a0) / (pairs * reps), "timed": timed_delta(t0)}
+    return Blocks(torch, one, 5000, 4000, 5, 1e9)
 
 
-def run(args):
-    out = {"variant": args.label or args.variant, "pid": os.getpid(), "workloads": {}}
+# ---- serve: one variant's process ------------------------------------------------------------------
+def serve(variant):
+    """Answers the relay's commands, one JSON line each (after MARK) on the stdout it was given; the
+    process's own output goes to stderr. Commands: "setup W", "turn W", "drop W", "capture", "quit"."""
+    reply_to = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def reply(**fields):
+        reply_to.write(MARK + json.dumps(fields) + "\n")
+        reply_to.flush()
+
     try:
-        torch = install(args.variant)
-        out["gpu"] = torch.cuda.get_device_name(0)
-        out["torch"] = torch.__version__
-    except Exception as e:  # noqa: BLE001 (every failure goes into the JSON)
-        out["error"] = "%s: %s" % (type(e).__name__, e)
-        return finish(args, out, 1)
-    if args.variant == "pytorch_history":
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="all", max_entries=100_000)
-    for name in args.workloads.split(","):
-        start = time.perf_counter()
+        torch = install(variant)
+        if variant == "pytorch_history":
+            torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="all", max_entries=100_000)
+        torch.cuda.init()
+        reply(ok=True, gpu=torch.cuda.get_device_name(0), torch=torch.__version__, pid=os.getpid())
+    except Exception as e:  # noqa: BLE001 (every failure goes to the relay)
+        reply(ok=False, error="%s: %s" % (type(e).__name__, e))
+        return 1
+    loaded = {}
+    for line in sys.stdin:
+        cmd, _, name = line.strip().partition(" ")
         try:
-            rec = globals()[name](torch, args.quick)
-            rec["status"] = "ok"
-            rec["seconds"] = round(time.perf_counter() - start, 1)
+            if cmd == "quit":
+                break
+            if cmd == "setup":
+                start = time.perf_counter()
+                loaded[name] = globals()[name](torch)
+                reply(ok=True, seconds=round(time.perf_counter() - start, 1))
+            elif cmd == "turn":
+                a0, t0 = allocations(torch), timed_counters()
+                values = loaded[name].turn()
+                t1 = timed_counters()
+                timed = None if t0 is None or t1 is None else dict(zip(("ns", "allocs", "frees"),
+                                                                       (x - y for x, y in zip(t1, t0))))
+                reply(ok=True, values=values, calls=loaded[name].calls, allocs=allocations(torch) - a0, timed=timed)
+            elif cmd == "drop":
+                mem = reserved_peak_gib(torch)
+                loaded.pop(name, None)
+                gc.collect()
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                reply(ok=True, reserved_peak_gib=mem)
+            elif cmd == "capture":
+                capture = {}
+                if variant != "pytorch" and not variant.startswith("pytorch_"):
+                    import tracepool
+                    capture = json.loads(tracepool.report(format="json")).get("capture", {})
+                reply(ok=True, capture={k: capture.get(k) for k in ("mode", "unwinder", "sites", "cfi_slow_stacks",
+                                                                    "cfi_walks_replayed", "cfi_walks_taken")})
+            else:
+                reply(ok=False, error="unknown command %r" % line.strip())
         except ImportError as e:
-            rec = {"status": "skip", "reason": "import failed: %s" % e}
+            loaded.pop(name, None)
+            reply(ok=False, skip=True, error="import failed: %s" % e)
         except Exception as e:  # noqa: BLE001
-            rec = {"status": "error", "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "-")}
-        out["workloads"][name] = rec
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    if args.variant in CAPTURE_MODES or args.variant.startswith("timed_"):
-        import tracepool
-        capture = json.loads(tracepool.report(format="json")).get("capture", {})
-        out["capture"] = {k: capture.get(k) for k in ("mode", "unwinder", "sites", "cfi_slow_stacks",
-                                                      "cfi_walks_replayed", "cfi_walks_taken")}
-    return finish(args, out, 0)
+            loaded.pop(name, None)
+            text = str(e).splitlines()[0][:300] if str(e) else "-"
+            reply(ok=False, error="%s: %s" % (type(e).__name__, text))
+    return 0
 
 
-def finish(args, out, rc):
+# ---- relay: the variants' processes, in turns (Note [Turns]) ---------------------------------------
+class Player:
+    """One serve process and what it answered."""
+
+    def __init__(self, variant, env):
+        self.variant, self.error = variant, None
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", variant], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.record = {"variant": variant, "workloads": {}}
+
+    def send(self, command):
+        if self.error is None:
+            try:
+                self.proc.stdin.write(command + "\n")
+                self.proc.stdin.flush()
+            except OSError as e:
+                self.error = "the process is gone (%s)" % e
+
+    def answer(self, deadline):
+        """The next reply, or None (and self.error) past `deadline` or when the process ended."""
+        if self.error is not None:
+            return None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    self.error = "no answer in time"
+                    self.proc.kill()
+                    return None
+                line = self.proc.stdout.readline()
+                if not line:
+                    self.error = "exited with status %s" % self.proc.wait()
+                    return None
+                if line.startswith(MARK):
+                    return json.loads(line[len(MARK):])
+
+    def ask(self, command, deadline):
+        self.send(command)
+        return self.answer(deadline)
+
+
+def relay(args):
+    start = time.monotonic()
+    deadline = start + args.budget
+    variants, workloads = args.variants.split(","), args.workloads.split(",")
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    players = []
+    for v in variants:
+        e = dict(env)
+        if v.startswith("timed_"):
+            if not os.environ.get("TRACEPOOL_TIMED_SHIM"):
+                continue
+            e["LD_PRELOAD"] = os.environ["TRACEPOOL_TIMED_SHIM"]
+        players.append(Player(v, e))
+    out = {"turns_asked": args.turns, "variants": variants, "workloads": workloads, "players": []}
+    for p in players:  # all start at once; each answers when torch is imported
+        hello = p.answer(min(deadline, time.monotonic() + 180))
+        if hello and hello.get("ok"):
+            out.setdefault("gpu", hello.get("gpu"))
+            out.setdefault("torch", hello.get("torch"))
+        elif p.error is None:
+            p.error = hello.get("error") if hello else "no answer"
+    for w in workloads:
+        playing = [p for p in players if p.error is None and (w in TIMED_WORKLOADS or not p.variant.startswith("timed_"))]
+        for p in playing:
+            p.send("setup " + w)
+        for p in playing:
+            a = p.answer(min(deadline, time.monotonic() + 240))
+            rec = p.record["workloads"][w] = {"turns": []}
+            if a is None or not a.get("ok"):
+                rec["status"] = "skip" if a and a.get("skip") else "error"
+                rec["error"] = (a or {}).get("error") or p.error
+        playing = [p for p in playing if p.record["workloads"][w].get("status") is None]
+        # Each workload gets its share of what is left, kept for those after it.
+        share = (deadline - time.monotonic()) / (len(workloads) - workloads.index(w))
+        until = time.monotonic() + share
+        for t in range(args.turns if playing else 0):
+            if time.monotonic() > until:
+                break
+            for p in playing[t % len(playing):] + playing[:t % len(playing)]:
+                a = p.ask("turn " + w, min(deadline, time.monotonic() + 120))
+                rec = p.record["workloads"][w]
+                if a is None or not a.get("ok"):
+                    rec.setdefault("error", (a or {}).get("error") or p.error)
+                    continue
+                a["round"] = t
+                rec["turns"].append(a)
+        for p in playing:
+            a = p.ask("drop " + w, min(deadline + 30, time.monotonic() + 60))
+            rec = p.record["workloads"][w]
+            rec["status"] = "ok" if rec["turns"] else "error"
+            if a and a.get("ok"):
+                rec["reserved_peak_gib"] = a["reserved_peak_gib"]
+    for p in players:
+        a = p.ask("capture", time.monotonic() + 30)
+        if a and a.get("ok"):
+            p.record["capture"] = a["capture"]
+        p.send("quit")
+        try:
+            p.proc.stdin.close()
+            p.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            p.proc.kill()
+        if p.error:
+            p.record["error"] = p.error
+        out["players"].append(p.record)
+    out["seconds"] = round(time.monotonic() - start, 1)
     with open(args.out, "w") as f:
         json.dump(out, f)
-    print(json.dumps(out), flush=True)
-    return rc
+    return 0
 
 
 # ---- report: no torch from here on ---------------------------------------------------------------
-def load(d):
-    """{variant: [process record, ...]} from DIR/capture.*.json, in the order the processes ran."""
-    runs = {}
-    names = sorted((n for n in os.listdir(d) if n.startswith("capture.") and n.endswith(".json")),
-                   key=lambda n: os.path.getmtime(os.path.join(d, n)))
-    for name in names:
-        try:
-            with open(os.path.join(d, name)) as f:
-                rec = json.load(f)
-        except (OSError, ValueError) as e:
-            rec = {"variant": name.split(".")[1], "error": "unreadable: %s" % e}
-        runs.setdefault(rec.get("variant", "?"), []).append(rec)
-    return runs
-
-
-def rounds_of(runs, variant, workload):
-    """The variant's records of `workload` that succeeded, one per process, and the first failure."""
-    ok, failure = [], None
-    for rec in runs.get(variant, []):
-        w = rec.get("workloads", {}).get(workload)
-        if rec.get("error"):
-            failure = failure or rec["error"]
-        elif w is None:
-            failure = failure or "no result (the process did not get that far)"
-        elif w["status"] == "ok":
-            ok.append(w)
-        elif w["status"] == "error":
-            failure = failure or w["error"]
-        else:
-            failure = failure or w.get("reason", "skipped")
-    return ok, failure
+def turn_figures(out, variant, workload):
+    """{round: the median of the turn's counted steps} of one variant, and its failure if any."""
+    for rec in out.get("players", []):
+        if rec["variant"] == variant:
+            w = rec.get("workloads", {}).get(workload)
+            if w is None:
+                return {}, rec.get("error") or "did not run"
+            figures = {t["round"]: statistics.median(t["values"][1:] or t["values"]) for t in w["turns"]}
+            return figures, None if figures else w.get("error", "no turn")
+    return {}, None
 
 
 def fmt(value, unit):
     return ("%.0f" if unit == "ns" else "%.2f") % value
 
 
-def step_row(runs, workload):
-    """One row per workload: each variant's median over its rounds, its ratio to pytorch's (the target
-    is on this one), and the range and median of the per-round ratios (round k of a variant against
-    round k of pytorch, which ran minutes apart at most)."""
+def spread(ratios):
+    """'median m (IQR a-b; c-d; n rounds)' of per-round ratios."""
+    if len(ratios) >= 4:
+        q = statistics.quantiles(ratios, n=4)
+        iqr = "IQR %.3f-%.3f; " % (q[0], q[2])
+    else:
+        iqr = ""
+    return "median %.3f (%s%.3f-%.3f; %d rounds)" % (statistics.median(ratios), iqr, min(ratios), max(ratios), len(ratios))
+
+
+def step_row(out, workload):
+    """Each variant's median over its turns, the ratio of that to PyTorch's, and the per-round ratios
+    (round k of a variant against round k of PyTorch, seconds apart: Note [Turns]). The verdict is on
+    the median of the per-round ratios of the default (all)."""
     unit, target = UNITS[workload], TARGETS[workload]
     name = "capture bench: %s, %s" % (LABELS[workload], "ns per pair" if unit == "ns" else unit)
-    base, failure = rounds_of(runs, "pytorch", workload)
+    base, failure = turn_figures(out, "pytorch", workload)
     if not base:
         return "%s|%s|pytorch: %s" % ("SKIP" if failure and "import failed" in failure else "FAIL", name, failure)
-    base_values = [r["value"] for r in base]
-    base_median = statistics.median(base_values)
-    parts = ["pytorch %s (%s-%s, %d rounds)" % (fmt(base_median, unit), fmt(min(base_values), unit),
-                                                 fmt(max(base_values), unit), len(base))]
+    base_median = statistics.median(base.values())
+    parts = ["pytorch %s (%s-%s over %d rounds)" % (fmt(base_median, unit), fmt(min(base.values()), unit),
+                                                     fmt(max(base.values()), unit), len(base))]
     verdict = "info"
     for variant in ("off", "python", "native", "all", "pytorch_history"):
-        recs, failure = rounds_of(runs, variant, workload)
-        if not recs:
-            if variant in runs:
+        figures, failure = turn_figures(out, variant, workload)
+        if not figures:
+            if failure:
                 parts.append("%s: %s" % (variant, failure))
-                if variant == "all":
-                    verdict = "FAIL"
+                verdict = "FAIL" if variant == "all" else verdict
             continue
-        values = [r["value"] for r in recs]
-        ratio = statistics.median(values) / base_median
-        paired = [v / b for v, b in zip(values, base_values)]
-        parts.append("%s %s %.3fx [rounds %.3f-%.3f, median %.3f]" % (
-            variant, fmt(statistics.median(values), unit), ratio, min(paired), max(paired), statistics.median(paired)))
+        ratios = [figures[r] / base[r] for r in figures if r in base]
+        if not ratios:
+            continue
+        parts.append("%s %s, per round %s, of medians %.3fx" % (
+            variant, fmt(statistics.median(figures.values()), unit), spread(ratios),
+            statistics.median(figures.values()) / base_median))
         if variant == "all" and target is not None:
-            verdict = "meets" if ratio <= target else "misses"
-    allocs = base[0].get("allocs_per_unit")
-    tail = "; %.0f allocations per %s" % (allocs, "pair" if unit == "ns" else "step" if workload != "resnet18"
-                                          else "iteration") if allocs else ""
+            verdict = "meets" if statistics.median(ratios) <= target else "misses"
+    allocs = allocations_per_unit(out, "pytorch", workload)
+    tail = "; %.0f allocations per %s" % (allocs, UNIT_NAMES[workload]) if allocs else ""
     goal = " (target: all <= %.2fx)" % target if target else ""
     return "%s|%s|%s%s%s" % (verdict, name, "; ".join(parts), tail, goal)
 
 
-def capture_cost_row(runs):
-    """From the timed processes: µs per allocation spent inside tracepool, each mode minus capture:off."""
+def allocations_per_unit(out, variant, workload):
+    for rec in out.get("players", []):
+        w = rec.get("workloads", {}).get(workload)
+        if rec["variant"] == variant and w and w["turns"]:
+            return sum(t["allocs"] for t in w["turns"]) / sum(len(t["values"]) * t["calls"] for t in w["turns"])
+    return None
+
+
+def capture_cost_row(out):
+    """From the timed processes: µs per allocation spent inside tracepool, each mode minus capture:off,
+    per round (the timed processes take their turns too), then the median."""
     name = "capture bench: us per allocation spent capturing (timed shim)"
     parts, verdict = [], "info"
-    for workload in WORKLOADS:
+    for workload in TIMED_WORKLOADS:
         per = {}
         for mode in CAPTURE_MODES:
-            recs, failure = rounds_of(runs, "timed_" + mode, workload)
-            timed = [r["timed"] for r in recs if r.get("timed") and r["timed"]["allocs"]]
-            if timed:  # ns inside tracepool (allocations and their frees) per allocation
-                per[mode] = statistics.median(t["ns"] / t["allocs"] for t in timed)
-        if "off" not in per or "all" not in per:
+            for rec in out.get("players", []):
+                w = rec.get("workloads", {}).get(workload)
+                if rec["variant"] == "timed_" + mode and w:
+                    per[mode] = {t["round"]: t["timed"]["ns"] / t["timed"]["allocs"] / 1e3 for t in w["turns"]
+                                 if t.get("timed") and t["timed"]["allocs"]}
+        if not per.get("off") or not per.get("all"):
             continue
-        added = {m: (per[m] - per["off"]) / 1e3 for m in CAPTURE_MODES if m in per and m != "off"}
-        others = ", ".join("%s %+.3f" % (m, added[m]) for m in ("python", "native") if m in added)
-        parts.append("%s: all %+.3f%s; inside tracepool with capture:off %.3f" % (
-            workload, added["all"], " (%s)" % others if others else "", per["off"] / 1e3))
-        if workload in ("resnet50", "gpt2", "resnet18"):
-            if added["all"] > CAPTURE_TARGET_US:
-                verdict = "misses"
-            elif verdict == "info":
-                verdict = "meets"
+        added = {}
+        for mode in ("python", "native", "all"):
+            diffs = [per[mode][r] - per["off"][r] for r in per.get(mode, {}) if r in per["off"]]
+            if diffs:
+                added[mode] = diffs
+        others = ", ".join("%s %+.3f" % (m, statistics.median(added[m])) for m in ("python", "native") if m in added)
+        a = added["all"]
+        parts.append("%s: all %+.3f (rounds %+.3f to %+.3f)%s; inside tracepool with capture:off %.3f" % (
+            workload, statistics.median(a), min(a), max(a), " (%s)" % others if others else "",
+            statistics.median(per["off"].values())))
+        verdict = "misses" if statistics.median(a) > CAPTURE_TARGET_US else ("meets" if verdict == "info" else verdict)
     if not parts:
         return "FAIL|%s|no timed process measured both capture:off and capture:all" % name
     return "%s|%s|%s (target: all <= %.1f us)" % (verdict, name, "; ".join(parts), CAPTURE_TARGET_US)
 
 
-def memory_row(runs, workload):
-    name = "capture bench: %s, device memory in use GiB" % LABELS[workload]
-    base, failure = rounds_of(runs, "pytorch", workload)
-    if not base or "mem_in_use_gib" not in base[0]:
+def memory_row(out, workload):
+    name = "capture bench: %s, peak reserved GiB" % LABELS[workload]
+    mem = {}
+    for rec in out.get("players", []):
+        w = rec.get("workloads", {}).get(workload)
+        if w and "reserved_peak_gib" in w:
+            mem[rec["variant"]] = w["reserved_peak_gib"]
+    if "pytorch" not in mem:
         return None
-    parts, worse = ["pytorch %.2f" % base[0]["mem_in_use_gib"]], False
+    parts, worse = ["pytorch %.2f" % mem["pytorch"]], False
     for variant in ("off", "all"):
-        recs, _ = rounds_of(runs, variant, workload)
-        if recs:
-            parts.append("%s %.2f" % (variant, recs[0]["mem_in_use_gib"]))
-            worse |= recs[0]["mem_in_use_gib"] > base[0]["mem_in_use_gib"] + 0.01
-    return "%s|%s|%s (target <= pytorch)" % ("misses" if worse else "meets", name, ", ".join(parts))
+        if variant in mem:
+            parts.append("%s %.2f" % (variant, mem[variant]))
+            worse |= mem[variant] > mem["pytorch"] + 0.01
+    return "%s|%s|%s (target <= pytorch)" % (
+        "misses" if worse else "meets", name, ", ".join(parts))
 
 
-def walks_row(runs):
+def walks_row(out):
     """How often the default's captures re-read a remembered walk (cfi) instead of walking."""
-    recs = [r.get("capture") for r in runs.get("all", []) if r.get("capture")]
+    recs = [r.get("capture") for r in out.get("players", []) if r["variant"] == "all" and r.get("capture")]
     if not recs:
         return None
     c = recs[-1]
     replayed, taken = c.get("cfi_walks_replayed") or 0, c.get("cfi_walks_taken") or 0
     share = replayed / (replayed + taken) if replayed + taken else 0
     return "info|capture bench: remembered walks (capture:all, one process)|%s unwinder; %d captures re-read a " \
-           "remembered walk, %d walked (%.1f%% replayed); %s sites; %s stacks left to boost" % (
+           "remembered walk, %d walked (%.1f%% recalled); %s sites; %s stacks left to boost" % (
                c.get("unwinder"), replayed, taken, 100 * share, c.get("sites"), c.get("cfi_slow_stacks"))
 
 
-def report(d):
-    if not os.path.isdir(d):
-        print("FAIL|capture bench|no such directory: %s" % d)
+def report(path):
+    try:
+        with open(path) as f:
+            out = json.load(f)
+    except (OSError, ValueError) as e:
+        print("FAIL|capture bench|no relay result: %s" % e)
         return 0
-    runs = load(d)
-    if not runs:
-        print("FAIL|capture bench|no capture.*.json in %s" % d)
-        return 0
-    for workload in WORKLOADS:
-        print(step_row(runs, workload))
-    print(capture_cost_row(runs))
+    failed = ["%s: %s" % (r["variant"], r["error"]) for r in out.get("players", []) if r.get("error")]
+    if failed:
+        print("FAIL|capture bench: processes|" + "; ".join(failed))
+    print("info|capture bench: turns|%s, torch %s; %d variants in turns of about half a second, %s s in all" % (
+        out.get("gpu"), out.get("torch"), len(out.get("players", [])), out.get("seconds")))
+    ran = [w for w in WORKLOADS if w in out.get("workloads", [])]
+    for workload in ran:
+        print(step_row(out, workload))
+    if any(r["variant"].startswith("timed_") for r in out.get("players", [])):
+        print(capture_cost_row(out))
     for workload in ("resnet50", "gpt2"):
-        row = memory_row(runs, workload)
+        row = memory_row(out, workload)
         if row:
             print(row)
-    row = walks_row(runs)
+    row = walks_row(out)
     if row:
         print(row)
     return 0
@@ -400,19 +558,22 @@ def main():
         except Exception as e:  # noqa: BLE001 (rows printed so far stand)
             print("FAIL|capture bench|capture_bench.py report crashed: %s: %s" % (type(e).__name__, e))
             return 0
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        return serve(sys.argv[2])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("variant", choices=VARIANTS)
+    r = sub.add_parser("relay")
     r.add_argument("--out", required=True)
+    r.add_argument("--turns", type=int, default=20, help="rounds of turns per workload, at most")
+    r.add_argument("--budget", type=float, default=400, help="seconds for the whole relay")
+    r.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     r.add_argument("--workloads", default=",".join(WORKLOADS))
-    r.add_argument("--quick", action="store_true", help="fewer steps (a short budget)")
-    r.add_argument("--label", default="", help="the name the report gives this process's variant")
     args = p.parse_args()
-    unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
-    if unknown:
-        p.error("unknown workload(s): %s" % ", ".join(unknown))
-    return run(args)
+    for given, known in ((args.variants, VARIANTS), (args.workloads, WORKLOADS)):
+        unknown = [x for x in given.split(",") if x not in known]
+        if unknown:
+            p.error("unknown: %s" % ", ".join(unknown))
+    return relay(args)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@
 # meets/misses are performance targets and inform only, as do info rows.
 #
 # TRACEPOOL_GPU_STEPS=capture runs instead only what call sites cost inside PyTorch (issue 15): the
-# Python package is built, then tests/gpu/capture_bench.py runs TRACEPOOL_CAPTURE_ROUNDS (default 5)
-# interleaved rounds of one process per variant (PyTorch's allocator; tracepool with capture:off,
-# python, native and all) over a ResNet-50 AdamW step with fresh batches, a GPT-2 step, ResNet-18
-# inference at batch 1 and a torch.empty loop, after the time spent inside tracepool_malloc and
-# tracepool_free under tests/gpu/timed_shim.cpp; its budget defaults to 575 s (call it with a 600 s
-# limit). Its output goes to torch.log.
+# Python package is built, then tests/gpu/capture_bench.py runs one process per variant (PyTorch's
+# allocator; tracepool with capture:off, python, native and all; the time spent inside tracepool_malloc
+# and tracepool_free under tests/gpu/timed_shim.cpp), all at once, taking turns of about half a second
+# for up to TRACEPOOL_CAPTURE_TURNS (default 20) rounds, over a ResNet-50 AdamW step with fresh
+# batches, a GPT-2 step, ResNet-18 inference at batch 1 and a torch.empty loop; its budget defaults to
+# 575 s (call it with a 600 s limit). Its output goes to torch.log, the relay's figures to bench.json.
 #
 # OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log (with the stress
 # suite's and every compute-sanitizer run's output, each under a ==== header) bench.log bench.json
@@ -180,45 +180,32 @@ wait_for_package() {
 }
 
 # ---- 2c. What call sites cost inside PyTorch (tests/gpu/capture_bench.py; TRACEPOOL_GPU_STEPS=capture) --
-# capture_step VARIANT ROUND [VAR=VALUE...]: one capture_bench.py process writing WORK/cap/capture.VARIANT.ROUND.json.
-capture_step() {
-  local v=$1 r=$2 t
-  shift 2
-  t=$(budget 120 40)
-  printf '\n==== capture_bench.py run %s (round %s, limit %s s, %s) ====\n' "$v" "$r" "$t" "$(date +%T)" >>"$OUT/torch.log"
-  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
-  env "$@" timeout -k 5 "$t" "$PY" tests/gpu/capture_bench.py run "$v" --out "$WORK/cap/capture.$v.$r.json" \
-    --workloads "${WORKLOADS:-resnet50,gpt2,resnet18,empty}" >>"$OUT/torch.log" 2>&1
-  echo "==== exit status $?" >>"$OUT/torch.log"
-}
-
-# capture_rounds ROUNDS: first the timed shim's processes (the two CPU-bound workloads: the rounds fill
-# the rest of the budget), then rounds that each run every variant once, in an order rotated from
-# round to round, so that drift on the machine is shared. capture_bench.py report compares medians of
-# rounds with PyTorch's allocator.
-capture_rounds() {
-  local rounds=$1 variants=(pytorch off python native all) r i v shim=$WORK/timed_shim.so lib
-  mkdir -p "$WORK/cap"
+# One process per variant, all at once, taking turns (Note [Turns] in capture_bench.py): PyTorch's
+# allocator, tracepool with each capture mode, and the timed shim's processes (tests/gpu/timed_shim.cpp)
+# for what each mode spends inside tracepool. capture_bench.py report turns the relay's JSON into rows.
+capture_relay() {
+  local shim=$WORK/timed_shim.so lib t
   g++ -O2 -std=c++17 -shared -fPIC tests/gpu/timed_shim.cpp -o "$shim" -ldl >>"$OUT/build.log" 2>&1 || shim=
   lib=$("$PY" -c 'import tracepool; print(tracepool.library_path())' 2>>"$OUT/build.log")
-  if [[ -n $shim && -n $lib ]]; then
-    for v in timed_off timed_all timed_python; do
-      WORKLOADS=resnet50,resnet18 capture_step "$v" 1 LD_PRELOAD="$shim" TRACEPOOL_TIMED_LIB="$lib"
-    done
-  else
+  if [[ -z $shim || -z $lib ]]; then
     row FAIL "capture bench: timed shim" "timed_shim.so did not build (see build.log) or no library ('$lib')"
+    shim=
   fi
-  for ((r = 1; r <= rounds; ++r)); do
-    for ((i = 0; i < ${#variants[@]}; ++i)); do capture_step "${variants[(i + r - 1) % ${#variants[@]}]}" "$r"; done
-  done
+  t=$(budget 560 60)
+  printf '\n==== capture_bench.py relay (limit %s s, %s) ====\n' "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then row SKIP "capture bench" "time budget spent"; return; fi
+  TRACEPOOL_TIMED_SHIM=$shim TRACEPOOL_TIMED_LIB=$lib timeout -k 10 "$t" "$PY" tests/gpu/capture_bench.py relay \
+    --out "$WORK/relay.json" --budget $((t - 30)) --turns "${TRACEPOOL_CAPTURE_TURNS:-20}" >>"$OUT/torch.log" 2>&1
+  echo "==== exit status $?" >>"$OUT/torch.log"
+  cp "$WORK/relay.json" "$OUT/bench.json" 2>/dev/null
   while IFS= read -r line; do ROWS+=("$line"); done < <(
-    { python3 tests/gpu/capture_bench.py report "$WORK/cap" || echo "FAIL|capture bench|capture_bench.py report failed"; } 2>&1 \
+    { python3 tests/gpu/capture_bench.py report "$WORK/relay.json" || echo "FAIL|capture bench|capture_bench.py report failed"; } 2>&1 \
       | grep -E '^[A-Za-z]+\|' || echo "FAIL|capture bench|capture_bench.py report printed nothing")
 }
 
 if [[ $STEPS == capture ]]; then
   wait_for_package
-  if [[ $PY == python3 ]]; then row FAIL "capture bench" "no package to measure"; else capture_rounds "${TRACEPOOL_CAPTURE_ROUNDS:-5}"; fi
+  if [[ $PY == python3 ]]; then row FAIL "capture bench" "no package to measure"; else capture_relay; fi
 fi
 
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
