@@ -131,12 +131,11 @@ status allocator::free(void* ptr) {
   if (b == nullptr) return reject_free(ptr);
   // Ours alone until the pool has it: no other thread touches these fields. Told before the pool
   // takes it back (Note [Observers]).
-  const bool told = observers_.wanted(free_events);
+  const bool told = observers_.wanted(free_events), counted = observers_.wanted(freed_events);
   block_event e{};
-  if (told) {
+  if (told || counted)
     e = block_event{b->ptr, b->size, b->requested, b->seg->device, b->seg->owner->stream(), b->site, b->birth};
-    observers_.free(e);
-  }
+  if (told) observers_.free(e);
   status s;
   bool taken = false;
   try {
@@ -146,7 +145,9 @@ status allocator::free(void* ptr) {
   }
   if (!taken) {
     live_.insert(ptr, b);  // still live: nothing lost, the caller may free it again
-    if (told) observers_.alloc(e);
+    if (told) observers_.unfree(e);
+  } else if (counted) {
+    observers_.freed(e);
   }
   return s;
 }

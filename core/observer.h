@@ -18,7 +18,12 @@ namespace tracepool::core {
 //   - alloc: once the block is handed out and recorded; no allocator lock held;
 //   - free: as the caller's free is accepted, before the pool takes the block back, so that no
 //     thread is handed the same address before its free has been told (a history stays in order);
-//     a free the pool then refuses (a backend failure) is told again as an alloc of the same block;
+//     a free the pool then refuses (a backend failure) is told again, to the free listeners, as an
+//     alloc of the same block;
+//   - freed: once the pool has taken the block back (a refused free is not told), for listeners that
+//     only count and would rather not wait on their counters while the pool works: the call-site
+//     counters (Note [Site counters] in trace/call_site_table.h) hear free to fetch their line, and
+//     freed to update it, after the pool's work has hidden the fetch;
 //   - segment_alloc: as the device says yes, under the growing stream pool's lock, before any block
 //     of the segment is handed out; segment_free: as the segment leaves the cache, before the backend
 //     has the memory (which a grow could then get again), no lock held; a release the backend
@@ -72,7 +77,8 @@ enum event_kind : unsigned {
   segment_events = 1u << 2,
   oom_events = 1u << 3,
   mark_events = 1u << 4,
-  all_events = (1u << 5) - 1,
+  freed_events = 1u << 5,
+  all_events = (1u << 6) - 1,
 };
 
 class observer {
@@ -82,6 +88,9 @@ class observer {
   virtual unsigned events() const { return all_events; }
   virtual void on_alloc(const block_event&) {}
   virtual void on_free(const block_event&) {}
+  virtual void on_freed(const block_event&) {}
+  // A free told and then refused by the pool: by default heard as the block allocated again.
+  virtual void on_unfree(const block_event& e) { on_alloc(e); }
   virtual void on_segment_alloc(const segment_event&) {}
   virtual void on_segment_free(const segment_event&) {}
   virtual void on_oom(const oom_event&) {}
@@ -115,6 +124,9 @@ class observer_list {
 
   void alloc(const block_event& e) const { publish(alloc_events, e, &observer::on_alloc); }
   void free(const block_event& e) const { publish(free_events, e, &observer::on_free); }
+  void freed(const block_event& e) const { publish(freed_events, e, &observer::on_freed); }
+  // A free the pool refused, undone for those told of it (as an alloc).
+  void unfree(const block_event& e) const { publish(free_events, e, &observer::on_unfree); }
   void segment_alloc(const segment_event& e) const { publish(segment_events, e, &observer::on_segment_alloc); }
   void segment_free(const segment_event& e) const { publish(segment_events, e, &observer::on_segment_free); }
   void oom(const oom_event& e) const { publish(oom_events, e, &observer::on_oom); }
@@ -139,7 +151,7 @@ class observer_list {
   }
 
  private:
-  static constexpr int kinds = 5;
+  static constexpr int kinds = 6;
   using list = std::atomic<observer*>[capacity];  // filled from the front, never emptied
 
   static constexpr int index(event_kind kind) { return __builtin_ctz(kind); }

@@ -54,6 +54,7 @@ block_tag tracer::capture(size_t size) {
   if (mode_ == capture_mode::off) return tag;
   if (sampler_.enabled() && !sampler_.sample(size)) return tag;
   tag.site = capture_site();
+  if (tag.site != 0) sites_.prefetch_alloc_side(tag.site);  // counted once the pool has the block
   return tag;
 }
 
@@ -119,6 +120,10 @@ void tracer::on_alloc(const block_event& e) {
 }
 
 void tracer::on_free(const block_event& e) {
+  if (e.site != 0) sites_.prefetch_free_side(e.site);
+}
+
+void tracer::on_freed(const block_event& e) {
   if (e.site != 0) sites_.on_free(e.site, weighted_bytes(e.requested));
 }
 

@@ -53,10 +53,14 @@ class tracer final : public observer {
   uint32_t capture_site();
   // Marks always; allocations and frees only when sites are captured (else every site is 0).
   unsigned events() const override {
-    return mode_ == capture_mode::off ? mark_events : alloc_events | free_events | mark_events;
+    return mode_ == capture_mode::off ? mark_events : alloc_events | free_events | freed_events | mark_events;
   }
   void on_alloc(const block_event& e) override;
+  // A free fetches its site's counters (Note [Site counters]); freed, once the pool has the block,
+  // counts it.
   void on_free(const block_event& e) override;
+  void on_freed(const block_event& e) override;
+  void on_unfree(const block_event&) override {}  // nothing was counted
   status on_mark(const mark_event& e) override;
   // Estimated bytes and blocks (x block_unit) one block of `requested` bytes stands for.
   int64_t weighted_bytes(size_t requested) const;

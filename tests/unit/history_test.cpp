@@ -286,5 +286,37 @@ TEST(TorchSnapshot, WithoutHistoryDeviceTracesHoldsOneAllocPerLiveBlock) {
   tracepool_destroy(tp);
 }
 
+// Note [Site counters]: a site's counters hear a free once the pool has the block (`freed`); a free
+// the pool refuses is undone for its `free` listeners (the history) and never reaches the counters.
+TEST(History, ARefusedFreeLeavesTheSiteCountersAsTheyWere) {
+  auto stream = [](int i) { return reinterpret_cast<tracepool::backend::stream_handle>(4096 * (1 + i)); };
+  size_t record_call = 0;  // the free's event creation: every backend call before it, plus one
+  {
+    auto probe = host_allocator("capture:native");
+    void* p = nullptr;
+    ASSERT_EQ(probe->malloc(4096, 0, stream(0), &p), status::ok);
+    ASSERT_EQ(probe->record_stream(p, stream(1)), status::ok);
+    backend::host_ledger ledger;
+    ASSERT_TRUE(backend::read_host_ledger(probe->device_backend(), &ledger));
+    record_call = ledger.calls + 1;
+    ASSERT_EQ(probe->free(p), status::ok);
+  }
+  auto a = host_allocator("history:16,capture:native,fail_call:" + std::to_string(record_call));
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(4096, 0, stream(0), &p), status::ok);
+  ASSERT_EQ(a->record_stream(p, stream(1)), status::ok);
+  call_site_table& sites = a->call_sites().sites();
+  ASSERT_EQ(sites.end(), 2u) << "one site";
+  ASSERT_EQ(a->free(p), status::backend_error) << "the injected failure";
+  EXPECT_EQ(sites.at(1).live_bytes(), 4096);
+  EXPECT_EQ(sites.at(1).total_bytes.load(), 4096);
+  using A = history_action;
+  EXPECT_EQ(actions(a->allocation_history()->entries()), (std::vector<A>{A::segment_alloc, A::alloc, A::free, A::alloc}));
+  ASSERT_EQ(a->free(p), status::ok) << last_error();
+  EXPECT_EQ(sites.at(1).live_bytes(), 0);
+  EXPECT_EQ(sites.at(1).total_bytes.load(), 4096);
+  EXPECT_EQ(sites.at(1).peak_bytes.load(), 4096);
+}
+
 }  // namespace
 }  // namespace tracepool::core
