@@ -33,6 +33,12 @@ namespace {
 // same serial, with probability about 2^-64 per recall.
 // As the rule cache does, it assumes that the code at an address does not change while the thread
 // runs (no library unloaded and another loaded in its place).
+//
+// Many walks of a set start from the same rsp (the same native depth, reached from different ops),
+// and their entries lie 256 bytes apart, rarely in the cache inside a PyTorch step. So each set also
+// keeps one cache line of probes, one per way: the offset of a word from the middle of the walk
+// (where paths from one rsp part) and 48 bits of a mix of the value it had. A recall re-reads only
+// the ways whose probe word still holds that value, usually one.
 struct remembered_walk {
   static constexpr size_t max_words = 96;        // longer walks are not remembered (depth 42 needs <= 84)
   uint64_t serial = 0;                           // 0: empty
@@ -85,6 +91,7 @@ struct thread_cache {
   frame_rule rules[sets][ways];
   uint8_t victim[sets] = {};  // the way the next miss of each set replaces (round robin)
   remembered_walk walks[walk_sets][walk_ways];
+  alignas(64) uint64_t walk_probes[walk_sets][walk_ways] = {};  // probe_of(); 0: empty
   uint8_t walk_victim[walk_sets] = {};
   uint64_t replayed = 0, walked = 0;  // not yet added to the process's counts
 };
@@ -145,11 +152,22 @@ size_t walk_set(uintptr_t sp, uint64_t key) {
   return (((sp >> 3) ^ key) * 0x9E3779B97F4A7C15ull) >> 56;
 }
 
+// A way's probe: the offset (words from sp) of one word of the walk, and 48 bits of its value, mixed.
+uint64_t probe_of(uint16_t where, uintptr_t value) {
+  return uint64_t{where} << 48 | (((value * 0x9E3779B97F4A7C15ull) >> 16) | 1);
+}
+
 // The serial of a remembered walk from (sp, bp) whose words still hash to what they did, or 0.
 __attribute__((no_sanitize("address", "thread"))) uint64_t recall(const thread_cache* c, uintptr_t sp, uintptr_t bp,
                                                                   size_t max, bool (*stop)(uintptr_t), uint64_t key) {
   const auto* stack = reinterpret_cast<const uintptr_t*>(sp);
-  for (const remembered_walk& w : c->walks[walk_set(sp, key)]) {
+  const size_t set = walk_set(sp, key);
+  for (size_t way = 0; way < thread_cache::walk_ways; ++way) {
+    const uint64_t probe = c->walk_probes[set][way];
+    if (probe == 0) continue;
+    const auto where = static_cast<uint16_t>(probe >> 48);
+    if (sp + uintptr_t{where} * 8 + 8 > c->stack_hi || probe_of(where, stack[where]) != probe) continue;
+    const remembered_walk& w = c->walks[set][way];
     if (w.serial == 0 || w.sp != sp || w.key != key || w.stop != stop || w.max != max || (w.bp_used && w.bp != bp))
       continue;
     if (word_hash_of(w.words, [&](size_t i) { return stack[w.where[i]]; }) == w.hash) return w.serial;
@@ -160,9 +178,9 @@ __attribute__((no_sanitize("address", "thread"))) uint64_t recall(const thread_c
 uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool (*stop)(uintptr_t), uint64_t key,
                   const walk_record& r, size_t frames) {
   if (r.overflow || frames == 0) return 0;  // a recall writes no frames: 0 frames and a serial would be one
-  const size_t set = walk_set(sp, key);
-  remembered_walk& w = c->walks[set][c->walk_victim[set]];
-  c->walk_victim[set] = static_cast<uint8_t>((c->walk_victim[set] + 1) % thread_cache::walk_ways);
+  const size_t set = walk_set(sp, key), way = c->walk_victim[set];
+  remembered_walk& w = c->walks[set][way];
+  c->walk_victim[set] = static_cast<uint8_t>((way + 1) % thread_cache::walk_ways);
   w.serial = next_walk_serial.fetch_add(1, std::memory_order_relaxed);
   w.key = key;
   w.stop = stop;
@@ -178,6 +196,7 @@ uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool 
     w.where[w.words++] = r.where[i];
   }
   w.hash = word_hash(values, w.words);
+  c->walk_probes[set][way] = probe_of(w.where[w.words / 2], values[w.words / 2]);
   return w.serial;
 }
 
