@@ -120,11 +120,7 @@ class call_site_table {
   void on_free(uint32_t id, int64_t bytes);
   // Fetch the line on_alloc or on_free will write, so that the pool's work hides the fetch
   // (Note [Site counters]).
-  void prefetch_alloc_side(uint32_t id) {
-    site_record& r = at(id);
-    __builtin_prefetch(&r.total_bytes, 1);
-    __builtin_prefetch(&r.freed_bytes);  // read when the allocation might make a new peak
-  }
+  void prefetch_alloc_side(uint32_t id) { __builtin_prefetch(&at(id).total_bytes, 1); }
   void prefetch_free_side(uint32_t id) { __builtin_prefetch(&at(id).freed_bytes, 1); }
 
   static constexpr uint32_t max_sites = 1u << 22;

@@ -33,18 +33,6 @@ namespace {
 // same serial, with probability about 2^-64 per recall.
 // As the rule cache does, it assumes that the code at an address does not change while the thread
 // runs (no library unloaded and another loaded in its place).
-//
-// Many walks of a set start from the same rsp (the same native depth, reached from different ops),
-// and their entries lie 256 bytes apart, rarely in the cache inside a PyTorch step. So each set also
-// keeps one cache line of probes, one per way: the offset of a word from the middle of the walk
-// (where paths from one rsp part) and 48 bits of a mix of the value it had. A recall re-reads only
-// the ways whose probe word still holds that value, usually one.
-//
-// Even so a recall waited on two cache misses in a PyTorch step (the probes, then the entry: ~200 ns
-// on the H200's host). A set is chosen by the key alone, which callers make differ by call path
-// (the tracer mixes in its own frame's address, as far from rsp here as on every capture), so that
-// cfi_prepare(key) can fetch the set's probes and the entries of its two latest recalled ways while
-// the caller does other work (the tracer walks the Python frames), before the walk needs them.
 struct remembered_walk {
   static constexpr size_t max_words = 96;        // longer walks are not remembered (depth 42 needs <= 84)
   uint64_t serial = 0;                           // 0: empty
@@ -97,9 +85,7 @@ struct thread_cache {
   frame_rule rules[sets][ways];
   uint8_t victim[sets] = {};  // the way the next miss of each set replaces (round robin)
   remembered_walk walks[walk_sets][walk_ways];
-  alignas(64) uint64_t walk_probes[walk_sets][walk_ways] = {};  // probe_of(); 0: empty
   uint8_t walk_victim[walk_sets] = {};
-  uint8_t walk_latest[walk_sets][2] = {};  // the ways last recalled or remembered, newest first
   uint64_t replayed = 0, walked = 0;  // not yet added to the process's counts
 };
 thread_local thread_cache* tls_cache = nullptr;
@@ -154,40 +140,19 @@ const frame_rule& rule_for(thread_cache* c, uintptr_t pc) {
   return slot;
 }
 
-size_t walk_set(uint64_t key) {
+size_t walk_set(uintptr_t sp, uint64_t key) {
   static_assert(thread_cache::walk_sets == 256);
-  return (key * 0x9E3779B97F4A7C15ull) >> 56;
-}
-
-void note_latest(thread_cache* c, size_t set, size_t way) {
-  uint8_t* latest = c->walk_latest[set];
-  if (latest[0] == way) return;
-  latest[1] = latest[0];
-  latest[0] = static_cast<uint8_t>(way);
-}
-
-// A way's probe: the offset (words from sp) of one word of the walk, and 48 bits of its value, mixed.
-uint64_t probe_of(uint16_t where, uintptr_t value) {
-  return uint64_t{where} << 48 | (((value * 0x9E3779B97F4A7C15ull) >> 16) | 1);
+  return (((sp >> 3) ^ key) * 0x9E3779B97F4A7C15ull) >> 56;
 }
 
 // The serial of a remembered walk from (sp, bp) whose words still hash to what they did, or 0.
-__attribute__((no_sanitize("address", "thread"))) uint64_t recall(thread_cache* c, uintptr_t sp, uintptr_t bp,
+__attribute__((no_sanitize("address", "thread"))) uint64_t recall(const thread_cache* c, uintptr_t sp, uintptr_t bp,
                                                                   size_t max, bool (*stop)(uintptr_t), uint64_t key) {
   const auto* stack = reinterpret_cast<const uintptr_t*>(sp);
-  const size_t set = walk_set(key);
-  for (size_t way = 0; way < thread_cache::walk_ways; ++way) {
-    const uint64_t probe = c->walk_probes[set][way];
-    if (probe == 0) continue;
-    const auto where = static_cast<uint16_t>(probe >> 48);
-    if (sp + uintptr_t{where} * 8 + 8 > c->stack_hi || probe_of(where, stack[where]) != probe) continue;
-    const remembered_walk& w = c->walks[set][way];
+  for (const remembered_walk& w : c->walks[walk_set(sp, key)]) {
     if (w.serial == 0 || w.sp != sp || w.key != key || w.stop != stop || w.max != max || (w.bp_used && w.bp != bp))
       continue;
-    if (word_hash_of(w.words, [&](size_t i) { return stack[w.where[i]]; }) == w.hash) {
-      note_latest(c, set, way);
-      return w.serial;
-    }
+    if (word_hash_of(w.words, [&](size_t i) { return stack[w.where[i]]; }) == w.hash) return w.serial;
   }
   return 0;
 }
@@ -195,10 +160,9 @@ __attribute__((no_sanitize("address", "thread"))) uint64_t recall(thread_cache* 
 uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool (*stop)(uintptr_t), uint64_t key,
                   const walk_record& r, size_t frames) {
   if (r.overflow || frames == 0) return 0;  // a recall writes no frames: 0 frames and a serial would be one
-  const size_t set = walk_set(key), way = c->walk_victim[set];
-  note_latest(c, set, way);
-  remembered_walk& w = c->walks[set][way];
-  c->walk_victim[set] = static_cast<uint8_t>((way + 1) % thread_cache::walk_ways);
+  const size_t set = walk_set(sp, key);
+  remembered_walk& w = c->walks[set][c->walk_victim[set]];
+  c->walk_victim[set] = static_cast<uint8_t>((c->walk_victim[set] + 1) % thread_cache::walk_ways);
   w.serial = next_walk_serial.fetch_add(1, std::memory_order_relaxed);
   w.key = key;
   w.stop = stop;
@@ -214,7 +178,6 @@ uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool 
     w.where[w.words++] = r.where[i];
   }
   w.hash = word_hash(values, w.words);
-  c->walk_probes[set][way] = probe_of(w.where[w.words / 2], values[w.words / 2]);
   return w.serial;
 }
 
@@ -229,17 +192,6 @@ size_t take_slow_path(uintptr_t pc, uint16_t why) {
 bool cfi_unwinder_supported() { return true; }
 uint64_t cfi_slow_stacks() { return slow_stacks.load(std::memory_order_relaxed); }
 uint64_t cfi_last_slow() { return last_slow.load(std::memory_order_relaxed); }
-
-void cfi_prepare(uint64_t key) {
-  const thread_cache* c = tls_cache;
-  if (c == nullptr) return;
-  const size_t set = walk_set(key);
-  __builtin_prefetch(c->walk_probes[set]);
-  for (uint8_t way : c->walk_latest[set]) {
-    const char* entry = reinterpret_cast<const char*>(&c->walks[set][way]);
-    for (size_t line = 0; line < 3; ++line) __builtin_prefetch(entry + 64 * line);
-  }
-}
 
 cfi_walk_counts cfi_walks() {
   if (tls_cache != nullptr) add_counts(tls_cache);  // this thread's, at least, are current
@@ -305,19 +257,7 @@ namespace tracepool::core {
 bool cfi_unwinder_supported() { return false; }
 uint64_t cfi_slow_stacks() { return 0; }
 uint64_t cfi_last_slow() { return 0; }
-void cfi_prepare(uint64_t key) {
-  const thread_cache* c = tls_cache;
-  if (c == nullptr) return;
-  const size_t set = walk_set(key);
-  __builtin_prefetch(c->walk_probes[set]);
-  for (uint8_t way : c->walk_latest[set]) {
-    const char* entry = reinterpret_cast<const char*>(&c->walks[set][way]);
-    for (size_t line = 0; line < 3; ++line) __builtin_prefetch(entry + 64 * line);
-  }
-}
-
 cfi_walk_counts cfi_walks() { return {}; }
-void cfi_prepare(uint64_t) {}
 size_t cfi_backtrace(uintptr_t*, size_t, bool (*)(uintptr_t), uint64_t, uint64_t* walk) {
   if (walk != nullptr) *walk = 0;
   return 0;

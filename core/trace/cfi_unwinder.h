@@ -31,8 +31,6 @@ size_t cfi_backtrace(uintptr_t* out, size_t max, bool (*stop)(uintptr_t) = nullp
                      uint64_t* walk = nullptr);
 // Captures that re-read a remembered walk, and captures that walked, since the process started (all
 // threads; other threads' latest few thousand may not be counted yet).
-// Fetches what a recall under `key` will read (Note [Remembered walks]); reads nothing that may fault.
-void cfi_prepare(uint64_t key);
 struct cfi_walk_counts {
   uint64_t replayed = 0, walked = 0;
 };

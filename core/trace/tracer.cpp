@@ -66,14 +66,8 @@ uint32_t tracer::capture_site() {
   // The script frames first, past the room of the native ones, then moved down behind those kept.
   const size_t native_room = static_cast<size_t>(depth_) + own_frames_room;
   const uintptr_t* captured = raw + native_room;
-  const uint32_t generation = code_ranges_generation();
-  // The walk's key: what in_interpreter_loop tests, and this frame's address, which picks the
-  // remembered walks' set (Note [Remembered walks]): they are fetched while the Python frames are
-  // walked.
-  const uint64_t walk_key =
-      generation ^ reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) * 0xc4ceb9fe1a85ec53ull;
-  if (captures_native(mode_)) unwinder_.prepare(walk_key);
   const size_t script = captures_script(mode_) ? capture_script_frames(raw + native_room, script_depth_) : 0;
+  const uint32_t generation = code_ranges_generation();  // the walk's key: what in_interpreter_loop tests
   size_t n = 0;
   uint64_t walk = 0;
   // capture:all ends the native walk at the interpreter loop when there are script frames to stand
@@ -81,7 +75,7 @@ uint32_t tracer::capture_site() {
   // Without them (the provider off, or the interpreter finalising) the whole native stack is kept.
   const bool stop = script != 0 && native_stops_at_script(mode_);
   const unwinder::stop_fn stop_at = stop ? in_interpreter_loop : nullptr;
-  if (captures_native(mode_)) n = unwinder_.capture(raw, native_room, stop_at, walk_key, &walk);
+  if (captures_native(mode_)) n = unwinder_.capture(raw, native_room, stop_at, generation, &walk);
   const recent_sites::key key{walk, word_hash(captured, script * words_per_script_frame), current_tags(),
                               static_cast<uint32_t>(script)};
   // Native frames are known by their walk's serial, or not at all (then no cache).
@@ -91,7 +85,7 @@ uint32_t tracer::capture_site() {
     if (const uint32_t site = recent->find(key); site != 0) return site;
   // A recalled walk wrote no frames: walk again for them (the same stack, so the same frames but
   // this function's own, which are dropped below).
-  if (captures_native(mode_) && n == 0 && walk != 0) n = unwinder_.capture(raw, native_room, stop_at, walk_key);
+  if (captures_native(mode_) && n == 0 && walk != 0) n = unwinder_.capture(raw, native_room, stop_at, generation);
   const size_t first = strip_own_frames(raw, n);
   const size_t kept = std::min(n - first, static_cast<size_t>(depth_));
   uintptr_t* script_words = raw + first + kept;

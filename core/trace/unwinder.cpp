@@ -81,10 +81,6 @@ status unwinder::make(unwinder_choice choice, unwinder* out) {
 }
 
 // noinline: the frames it leaves behind are tracepool's own, dropped by the caller's range check.
-void unwinder::prepare(uint64_t key) const {
-  if (kind_ == kind::cfi) cfi_prepare(key);
-}
-
 __attribute__((noinline)) size_t unwinder::capture(uintptr_t* out, size_t max, stop_fn stop, uint64_t key,
                                                    uint64_t* walk) const {
   if (walk != nullptr) *walk = 0;

@@ -45,8 +45,6 @@ class unwinder {
   // 0 with *walk set, and writes no frames (call again without `walk` for them).
   using stop_fn = bool (*)(uintptr_t return_address);
   size_t capture(uintptr_t* out, size_t max, stop_fn stop = nullptr, uint64_t key = 0, uint64_t* walk = nullptr) const;
-  // A capture with `walk` under `key` is coming: fetch what it will read, while the caller works.
-  void prepare(uint64_t key) const;
 
  private:
   using unw_backtrace_fn = int (*)(void**, int);

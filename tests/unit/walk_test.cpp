@@ -14,7 +14,6 @@
 namespace {
 
 using tracepool::core::cfi_backtrace;
-using tracepool::core::cfi_prepare;
 using tracepool::core::cfi_unwinder_supported;
 using tracepool::core::cfi_walks;
 
@@ -36,7 +35,6 @@ bool stop_here(uintptr_t ra) { return ra == stop_address; }
 __attribute__((noinline)) void capture_here(bool remember, walk_result* out) {
   uintptr_t frames[max_frames];
   uint64_t serial = 0;
-  if (remember) cfi_prepare(stop_key);  // as the tracer does: fetches, and changes nothing
   const size_t n = cfi_backtrace(frames, max_frames, stop_at, stop_key, remember ? &serial : nullptr);
   out->frames.assign(frames, frames + n);
   out->serial = serial;
