@@ -33,11 +33,6 @@ namespace {
 // same serial, with probability about 2^-64 per recall.
 // As the rule cache does, it assumes that the code at an address does not change while the thread
 // runs (no library unloaded and another loaded in its place).
-//
-// Several walks of a set often start from one rsp (one native depth, reached from different ops):
-// in a PyTorch step a recall hashed 1.5 of them, ~100 ns each (~50 words). So each walk also keeps
-// two of its words' values, from the middle and the outermost end (where paths from one rsp part),
-// and a way whose probes differ is passed over without hashing.
 struct remembered_walk {
   static constexpr size_t max_words = 96;        // longer walks are not remembered (depth 42 needs <= 84)
   uint64_t serial = 0;                           // 0: empty
@@ -48,8 +43,6 @@ struct remembered_walk {
   uint32_t max = 0;
   uint16_t words = 0;
   bool bp_used = false;
-  uint16_t probe_where[2] = {};                  // two of the words, checked before the hash
-  uintptr_t probe_value[2] = {};
   uint16_t where[max_words];                     // (address - sp) / 8
 };
 
@@ -159,7 +152,6 @@ __attribute__((no_sanitize("address", "thread"))) uint64_t recall(const thread_c
   for (const remembered_walk& w : c->walks[walk_set(sp, key)]) {
     if (w.serial == 0 || w.sp != sp || w.key != key || w.stop != stop || w.max != max || (w.bp_used && w.bp != bp))
       continue;
-    if (stack[w.probe_where[0]] != w.probe_value[0] || stack[w.probe_where[1]] != w.probe_value[1]) continue;
     if (word_hash_of(w.words, [&](size_t i) { return stack[w.where[i]]; }) == w.hash) return w.serial;
   }
   return 0;
@@ -186,11 +178,6 @@ uint64_t remember(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max, bool 
     w.where[w.words++] = r.where[i];
   }
   w.hash = word_hash(values, w.words);
-  for (size_t p = 0; p < 2; ++p) {
-    const size_t i = p == 0 ? w.words / 2 : w.words - 1;
-    w.probe_where[p] = w.where[i];
-    w.probe_value[p] = values[i];
-  }
   return w.serial;
 }
 
