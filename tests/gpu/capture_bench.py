@@ -25,6 +25,10 @@ VARIANT (PyTorch picks its allocator once per process, so one process each):
                      built shim, TRACEPOOL_TIMED_LIB the library it wraps): the time spent inside
                      tracepool_malloc and tracepool_free; only the CPU-bound workloads (resnet50,
                      resnet18) run there
+  VARIANT@PYTHON     VARIANT under another interpreter (a venv with another build of the package, and
+                     for timed_* TRACEPOOL_TIMED_LIB_<n>, n its place among the @ variants from 1): two
+                     builds compared in one relay; report rows name the plain variants only, the JSON
+                     has every player
 
 WORKLOADS (set up once per process, then timed in turns):
   resnet50   training step: ResNet-50, batch 64, channels_last, bf16 autocast, AdamW, a fresh batch
@@ -285,7 +289,8 @@ class Player:
 
     def __init__(self, variant, env):
         self.variant, self.error = variant, None
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", variant], env=env,
+        mode, _, python = variant.partition("@")
+        self.proc = subprocess.Popen([python or sys.executable, os.path.abspath(__file__), "serve", mode], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.record = {"variant": variant, "workloads": {}}
 
@@ -327,13 +332,17 @@ def relay(args):
     variants, workloads = args.variants.split(","), args.workloads.split(",")
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
-    players = []
+    players, others = [], 0
     for v in variants:
         e = dict(env)
+        if "@" in v:
+            others += 1
         if v.startswith("timed_"):
             if not os.environ.get("TRACEPOOL_TIMED_SHIM"):
                 continue
             e["LD_PRELOAD"] = os.environ["TRACEPOOL_TIMED_SHIM"]
+            if "@" in v:
+                e["TRACEPOOL_TIMED_LIB"] = os.environ.get("TRACEPOOL_TIMED_LIB_%d" % others, "")
         players.append(Player(v, e))
     out = {"turns_asked": args.turns, "variants": variants, "workloads": workloads, "players": []}
     for p in players:  # all start at once; each answers when torch is imported
@@ -426,6 +435,8 @@ def step_row(out, workload):
     the median of the per-round ratios of the default (all)."""
     unit, target = UNITS[workload], TARGETS[workload]
     name = "capture bench: %s, %s" % (LABELS[workload], "ns per pair" if unit == "ns" else unit)
+    if "pytorch" not in [r["variant"] for r in out.get("players", [])]:
+        return None  # a relay of builds or modes alone (VARIANT@PYTHON): nothing to compare with
     base, failure = turn_figures(out, "pytorch", workload)
     if not base:
         return "%s|%s|pytorch: %s" % ("SKIP" if failure and "import failed" in failure else "FAIL", name, failure)
@@ -493,6 +504,39 @@ def capture_cost_row(out):
     return "%s|%s|%s (target: all <= %.1f us)" % (verdict, name, "; ".join(parts), CAPTURE_TARGET_US)
 
 
+def timed_per_round(out, variant, workload):
+    """{round: ns inside tracepool per allocation} of one timed player."""
+    for rec in out.get("players", []):
+        w = rec.get("workloads", {}).get(workload)
+        if rec["variant"] == variant and w:
+            return {t["round"]: t["timed"]["ns"] / t["timed"]["allocs"] for t in w["turns"]
+                    if t.get("timed") and t["timed"]["allocs"]}
+    return {}
+
+
+def other_build_rows(out):
+    """For each VARIANT@PYTHON timed player: its time inside tracepool per allocation against VARIANT's,
+    round by round (the two builds took their turns seconds apart)."""
+    rows = []
+    for rec in out.get("players", []):
+        variant, _, python = rec["variant"].partition("@")
+        if not python or not variant.startswith("timed_"):
+            continue
+        parts = []
+        for workload in TIMED_WORKLOADS:
+            a, b = timed_per_round(out, variant, workload), timed_per_round(out, rec["variant"], workload)
+            diffs = [b[r] - a[r] for r in a if r in b]
+            if len(diffs) >= 4:
+                q = statistics.quantiles(diffs, n=4)
+                parts.append("%s: %.0f ns per allocation against %.0f, per round %+.0f (IQR %+.0f to %+.0f; "
+                             "slower in %d of %d rounds)" % (workload, statistics.median(b.values()),
+                                                             statistics.median(a.values()), statistics.median(diffs),
+                                                             q[0], q[2], sum(d > 0 for d in diffs), len(diffs)))
+        if parts:
+            rows.append("info|capture bench: %s under %s|%s" % (variant, python, "; ".join(parts)))
+    return rows
+
+
 def memory_row(out, workload):
     name = "capture bench: %s, peak reserved GiB" % LABELS[workload]
     mem = {}
@@ -538,9 +582,13 @@ def report(path):
         out.get("gpu"), out.get("torch"), len(out.get("players", [])), out.get("seconds")))
     ran = [w for w in WORKLOADS if w in out.get("workloads", [])]
     for workload in ran:
-        print(step_row(out, workload))
+        row = step_row(out, workload)
+        if row:
+            print(row)
     if any(r["variant"].startswith("timed_") for r in out.get("players", [])):
         print(capture_cost_row(out))
+    for row in other_build_rows(out):
+        print(row)
     for workload in ("resnet50", "gpt2"):
         row = memory_row(out, workload)
         if row:
@@ -570,7 +618,7 @@ def main():
     r.add_argument("--workloads", default=",".join(WORKLOADS))
     args = p.parse_args()
     for given, known in ((args.variants, VARIANTS), (args.workloads, WORKLOADS)):
-        unknown = [x for x in given.split(",") if x not in known]
+        unknown = [x for x in given.split(",") if x.partition("@")[0] not in known]
         if unknown:
             p.error("unknown: %s" % ", ".join(unknown))
     return relay(args)
