@@ -8,15 +8,15 @@ Note [Turns]
 Step times on the GPU machine drift by 10-30% over minutes (PyTorch's own allocator read 21-28 ms per
 ResNet-50 step across five rounds of fresh processes in one call), which hides a 2% difference
 between processes run one after another. So every variant runs in its own process, all of them at
-once, set up and warmed once, and they take turns: one runs a short stretch of steps (a turn, a
-tenth to a third of a second) while the others wait on a pipe, doing nothing, and the order rotates
-from turn to turn. A variant's figure in one round is compared with PyTorch's in the same round,
-about a second apart; the rows give the median of those per-round ratios, their spread
-(interquartile range and extremes), and the ratio of the medians. The first step of each turn is
-not counted (the GPU switches contexts, and it was often a few ms slower). Seen on the H200: step
-times also jump between ~18 and ~30 ms from one second to the next, the same for every variant, so
-even paired rounds of half-second turns spread by +-10%; short turns keep a round within about a
-second, and more rounds narrow the median.
+once, set up and warmed once, and they take turns: one runs a short stretch of steps (a turn, about
+half a second) while the others wait on a pipe, doing nothing, and the order rotates from turn to
+turn. A variant's figure in one round is compared with PyTorch's in the same round, seconds apart;
+the rows give the median of those per-round ratios, their spread (interquartile range and extremes),
+and the ratio of the medians. The first step of each turn is not counted (the GPU switches contexts,
+and it was often a few ms slower). Seen on the H200: step times also jump between ~18 and ~30 ms
+from one second to the next, whatever the variant, so even paired rounds spread by +-10% (IQR);
+turns of a tenth of a second did not narrow that (40 rounds of 5 counted ResNet-50 steps: +-15%),
+so the turns stay at half a second and the rounds are many, which narrows their median.
 
 VARIANT (PyTorch picks its allocator once per process, so one process each):
   pytorch            PyTorch's own caching allocator
@@ -175,7 +175,7 @@ class Blocks:
 
 
 def resnet50(torch):
-    return Steps(torch, resnet50_step(torch), 5, 6)
+    return Steps(torch, resnet50_step(torch), 5, 11)
 
 
 def gpt2(torch):
@@ -194,7 +194,7 @@ def gpt2(torch):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return Steps(torch, step, 3, 5)
+    return Steps(torch, step, 3, 6)
 
 
 def resnet18(torch):
@@ -210,7 +210,7 @@ def resnet18(torch):
         with torch.inference_mode():
             model(inputs[state["i"] % 4].to("cuda", non_blocking=True))
         state["i"] += 1
-    return Blocks(torch, one, 50, 25, 6, 1e3)
+    return Blocks(torch, one, 50, 25, 9, 1e3)
 
 
 def empty(torch):
@@ -616,7 +616,7 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("relay")
     r.add_argument("--out", required=True)
-    r.add_argument("--turns", type=int, default=40, help="rounds of turns per workload, at most")
+    r.add_argument("--turns", type=int, default=30, help="rounds of turns per workload, at most")
     r.add_argument("--budget", type=float, default=400, help="seconds for the whole relay")
     r.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     r.add_argument("--workloads", default=",".join(WORKLOADS))

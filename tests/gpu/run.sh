@@ -20,8 +20,8 @@
 # TRACEPOOL_GPU_STEPS=capture runs instead only what call sites cost inside PyTorch (issue 15): the
 # Python package is built, then tests/gpu/capture_bench.py runs one process per variant (PyTorch's
 # allocator; tracepool with capture:off, python, native and all; the time spent inside tracepool_malloc
-# and tracepool_free under tests/gpu/timed_shim.cpp), all at once, taking short turns
-# for up to TRACEPOOL_CAPTURE_TURNS (default 40) rounds, over a ResNet-50 AdamW step with fresh
+# and tracepool_free under tests/gpu/timed_shim.cpp), all at once, taking turns of about half a second
+# for up to TRACEPOOL_CAPTURE_TURNS (default 30) rounds, over a ResNet-50 AdamW step with fresh
 # batches, a GPT-2 step, ResNet-18 inference at batch 1 and a torch.empty loop; its budget defaults to
 # 575 s (call it with a 600 s limit). Its output goes to torch.log, the relay's figures to bench.json.
 #
@@ -195,7 +195,7 @@ capture_relay() {
   printf '\n==== capture_bench.py relay (limit %s s, %s) ====\n' "$t" "$(date +%T)" >>"$OUT/torch.log"
   if ((t == 0)); then row SKIP "capture bench" "time budget spent"; return; fi
   TRACEPOOL_TIMED_SHIM=$shim TRACEPOOL_TIMED_LIB=$lib timeout -k 10 "$t" "$PY" tests/gpu/capture_bench.py relay \
-    --out "$WORK/relay.json" --budget $((t - 30)) --turns "${TRACEPOOL_CAPTURE_TURNS:-40}" >>"$OUT/torch.log" 2>&1
+    --out "$WORK/relay.json" --budget $((t - 30)) --turns "${TRACEPOOL_CAPTURE_TURNS:-30}" >>"$OUT/torch.log" 2>&1
   echo "==== exit status $?" >>"$OUT/torch.log"
   cp "$WORK/relay.json" "$OUT/bench.json" 2>/dev/null
   while IFS= read -r line; do ROWS+=("$line"); done < <(
