@@ -83,7 +83,8 @@ struct site_record {
 // peak cannot move and the other line is not touched. A site whose blocks live through a step reads
 // it about once per step (at its first allocation, the step before's frees not yet seen), instead
 // of moving two lines per block. The peak stays exact when a site's allocations and frees do not
-// race each other; a free racing an allocation can hide a peak only by the bytes of that race.
+// race each other; racing ones can move it by the bytes of that race (a free that is read late hides
+// a peak; one counted after its block was handed out again, below, raises it by that block).
 //
 // Even on its own core, a site's line is rarely still in the cache: a step runs kernels' launch code,
 // autograd and the optimizer between two allocations of one site, and the counters cost ~100 ns an

@@ -407,16 +407,23 @@ def relay(args):
 
 
 # ---- report: no torch from here on ---------------------------------------------------------------
-def turn_figures(out, variant, workload):
-    """{round: the median of the turn's counted steps} of one variant, and its failure if any."""
+def played(out, variant, workload):
+    """(the player's record, its record of `workload`, or None), or (None, None) if no such player."""
     for rec in out.get("players", []):
         if rec["variant"] == variant:
-            w = rec.get("workloads", {}).get(workload)
-            if w is None:
-                return {}, rec.get("error") or "did not run"
-            figures = {t["round"]: statistics.median(t["values"][1:] or t["values"]) for t in w["turns"]}
-            return figures, None if figures else w.get("error", "no turn")
-    return {}, None
+            return rec, rec.get("workloads", {}).get(workload)
+    return None, None
+
+
+def turn_figures(out, variant, workload):
+    """{round: the median of the turn's counted steps} of one variant, and its failure if any."""
+    rec, w = played(out, variant, workload)
+    if rec is None:
+        return {}, None
+    if w is None:
+        return {}, rec.get("error") or "did not run"
+    figures = {t["round"]: statistics.median(t["values"][1:] or t["values"]) for t in w["turns"]}
+    return figures, None if figures else w.get("error", "no turn")
 
 
 def fmt(value, unit):
@@ -470,11 +477,10 @@ def step_row(out, workload):
 
 
 def allocations_per_unit(out, variant, workload):
-    for rec in out.get("players", []):
-        w = rec.get("workloads", {}).get(workload)
-        if rec["variant"] == variant and w and w["turns"]:
-            return sum(t["allocs"] for t in w["turns"]) / sum(len(t["values"]) * t["calls"] for t in w["turns"])
-    return None
+    _, w = played(out, variant, workload)
+    if not w or not w["turns"]:
+        return None
+    return sum(t["allocs"] for t in w["turns"]) / sum(len(t["values"]) * t["calls"] for t in w["turns"])
 
 
 def capture_cost_row(out):
@@ -483,25 +489,19 @@ def capture_cost_row(out):
     name = "capture bench: us per allocation spent capturing (timed shim)"
     parts, verdict = [], "info"
     for workload in TIMED_WORKLOADS:
-        per = {}
-        for mode in CAPTURE_MODES:
-            for rec in out.get("players", []):
-                w = rec.get("workloads", {}).get(workload)
-                if rec["variant"] == "timed_" + mode and w:
-                    per[mode] = {t["round"]: t["timed"]["ns"] / t["timed"]["allocs"] / 1e3 for t in w["turns"]
-                                 if t.get("timed") and t["timed"]["allocs"]}
-        if not per.get("off") or not per.get("all"):
-            continue
+        per = {mode: timed_per_round(out, "timed_" + mode, workload) for mode in CAPTURE_MODES}
         added = {}
         for mode in ("python", "native", "all"):
-            diffs = [per[mode][r] - per["off"][r] for r in per.get(mode, {}) if r in per["off"]]
+            diffs = [(per[mode][r] - per["off"][r]) / 1e3 for r in per[mode] if r in per["off"]]
             if diffs:
                 added[mode] = diffs
+        if "all" not in added:
+            continue
         others = ", ".join("%s %+.3f" % (m, statistics.median(added[m])) for m in ("python", "native") if m in added)
         a = added["all"]
         parts.append("%s: all %+.3f (rounds %+.3f to %+.3f)%s; inside tracepool with capture:off %.3f" % (
             workload, statistics.median(a), min(a), max(a), " (%s)" % others if others else "",
-            statistics.median(per["off"].values())))
+            statistics.median(per["off"].values()) / 1e3))
         verdict = "misses" if statistics.median(a) > CAPTURE_TARGET_US else ("meets" if verdict == "info" else verdict)
     if not parts:
         return "FAIL|%s|no timed process measured both capture:off and capture:all" % name
@@ -510,12 +510,9 @@ def capture_cost_row(out):
 
 def timed_per_round(out, variant, workload):
     """{round: ns inside tracepool per allocation} of one timed player."""
-    for rec in out.get("players", []):
-        w = rec.get("workloads", {}).get(workload)
-        if rec["variant"] == variant and w:
-            return {t["round"]: t["timed"]["ns"] / t["timed"]["allocs"] for t in w["turns"]
-                    if t.get("timed") and t["timed"]["allocs"]}
-    return {}
+    _, w = played(out, variant, workload)
+    return {t["round"]: t["timed"]["ns"] / t["timed"]["allocs"] for t in (w or {}).get("turns", [])
+            if t.get("timed") and t["timed"]["allocs"]}
 
 
 def other_build_rows(out):
