@@ -416,6 +416,17 @@ PYBIND11_MODULE(_tracepool, m) {
       "Writes bytes where a report may go: a new or regular file replaced atomically, a character "
       "device, a FIFO, /dev/stdout, /dev/stderr or /dev/fd/N written straight; anything else refused.");
   m.def(
+      "report_path",
+      [](const std::string& path) {
+        char* where = nullptr;
+        check(tracepool_report_path(c_text(path, "path"), &where));
+        std::unique_ptr<char, void (*)(char*)> owned(where, tracepool_string_free);
+        return py::bytes(owned.get());  // bytes: any file name the OS allows
+      },
+      py::arg("path"),
+      "Where a report written to `path` now goes: {rank}, {pid} and {host} replaced, and under a launcher of "
+      "several ranks '-rank<N>' added before the extension of a path that names neither {rank} nor {pid}.");
+  m.def(
       "torch_snapshot_json",
       [] {
         char* text = nullptr;

@@ -546,6 +546,15 @@ int tracepool_write_file(const char* path, const void* data, size_t size) {
   return guarded("tracepool_write_file", [&] { return core::write_file_to(path, data, size); });
 }
 
+int tracepool_report_path(const char* path, char** out) {
+  return guarded("tracepool_report_path", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_path: out is NULL");
+    *out = nullptr;
+    if (path == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_path: path is NULL");
+    return copy_out(core::expand_report_path(path, core::this_process()), out);
+  });
+}
+
 int tracepool_write_exit_report(void) { return write_exit_report_once(); }
 
 const char* tracepool_status_string(int s) {

@@ -205,6 +205,7 @@ status build_report(allocator& a, const char* reason, report* out) {
   report r;
   r.reason = reason;
   r.time_ns = realtime_ns();
+  r.process = this_process();
   r.backend = a.device_backend().name();
   r.capture = capture_mode_name(t.mode());
   r.unwinder = captures_native(t.mode()) ? t.stack_unwinder().name() : "";

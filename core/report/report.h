@@ -11,6 +11,7 @@
 
 #include "stats.h"
 #include "base/status.h"
+#include "report/process_info.h"
 #include "trace/call_site_table.h"
 #include "trace/symbolizer.h"
 
@@ -103,6 +104,7 @@ struct mark_summary {
 struct report {
   std::string reason;  // "demand" | "exit" | "oom"
   uint64_t time_ns = 0;
+  process_summary process;  // Note [Ranks]
   std::string backend;
   std::string capture;  // "off" | "native" | "python" | "all" | "hybrid"
   std::string unwinder;

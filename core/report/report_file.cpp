@@ -374,7 +374,8 @@ status write_report_to(const report& r, const char* path, const char* format, si
   else
     return fail(status::invalid_argument, "write_report: format '%s' is not json or text", fmt.c_str());
   const std::string content = json ? to_json(r) : to_text(r, top_sites);
-  return write_to(path, content.data(), content.size(), report_writer);
+  const std::string where = expand_report_path(path, this_process());  // Note [Ranks]
+  return write_to(where.c_str(), content.data(), content.size(), report_writer);
 }
 
 }  // namespace tracepool::core

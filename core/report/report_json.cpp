@@ -35,6 +35,19 @@ std::string to_json(const report& r) {
   j.key("reason"), j.value(r.reason);
   j.key("time_ns"), j.value(static_cast<int64_t>(r.time_ns));
   j.key("backend"), j.value(r.backend);
+  j.key("process");
+  j.open('{');
+  j.key("pid"), j.value(r.process.pid);
+  j.key("host"), j.value(r.process.host);
+  const auto count_or_null = [&](const char* key, int64_t v, int64_t unset) {
+    j.key(key);
+    if (v == unset) j.null();
+    else j.value(v);
+  };
+  count_or_null("rank", r.process.rank, -1);
+  count_or_null("local_rank", r.process.local_rank, -1);
+  count_or_null("world_size", r.process.world_size, 0);
+  j.close('}');
   j.key("capture");
   j.open('{');
   j.key("mode"), j.value(r.capture);

@@ -430,6 +430,14 @@ bool read_body(report_reader& in, const json& doc, report* r) {
   if (r->marks_made < r->marks.size() || (r->marks_made > r->marks.size() && r->marks.size() < 2))
     return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
                    " marks kept: a report keeps every mark made, or the first, the latest and some between");
+  if (const auto p = doc.find("process"); p != doc.end()) {  // absent from reports before Note [Ranks]
+    if (!in.object(*p, "process") || !in.count(*p, "process", "pid", &r->process.pid) ||
+        !in.string(*p, "process", "host", &r->process.host) ||
+        !in.count(*p, "process", "rank", &r->process.rank, true) ||
+        !in.count(*p, "process", "local_rank", &r->process.local_rank, true) ||
+        !in.count(*p, "process", "world_size", &r->process.world_size, true))
+      return false;
+  }
   r->oom_device = 0;  // a report whose reason is "oom" has a device, even when the text did not say
   if (const auto oom = doc.find("oom"); oom != doc.end()) {
     if (!in.object(*oom, "oom") || !in.count(*oom, "oom", "device", &r->oom_device) ||

@@ -240,6 +240,12 @@ std::string to_text(const report& r, size_t top) {
     out += estimated ? printf_string(", sampled every %s on average: site figures are estimates\n",
                                      human_bytes(static_cast<int64_t>(r.sample_bytes)).c_str())
                      : ", every allocation\n";
+  if (r.process.rank >= 0) {  // several ranks may print to one terminal: say whose report this is
+    out += printf_string("rank %" PRId64, r.process.rank);
+    if (r.process.world_size > 0) out += printf_string(" of %" PRId64, r.process.world_size);
+    if (r.process.local_rank >= 0) out += printf_string(" (local rank %" PRId64 ")", r.process.local_rank);
+    out += printf_string(", pid %" PRId64 " on %s\n", r.process.pid, r.process.host.c_str());
+  }
   if (r.reason == "oom") out += "Out of memory: " + r.oom_message + "\n";
   for (const device_summary& d : r.devices) {
     const auto& t = d.stats.table;

@@ -64,6 +64,25 @@ TEST(ExitReport, JsonIsWrittenByTheExitingProcess) {
   EXPECT_EQ(r["leaks"][0]["live_at_marks"], json({7 * 12345}));
 }
 
+// TRACEPOOL_REPORT under a launcher of two ranks: each rank's exit report goes to its own file
+// (Note [Ranks]) and says whose it is.
+TEST(ExitReport, EachRankWritesItsOwn) {
+  const std::string dir = scratch_dir() + "_ranks";  // run_child empties scratch_dir() each time
+  ASSERT_EQ(std::system(("rm -rf '" + dir + "' && mkdir '" + dir + "'").c_str()), 0);
+  for (const char* rank : {"0", "1"}) {
+    std::string err;
+    ASSERT_EQ(run_child(dir + "/exit.json", &err, {std::string("RANK=") + rank, "WORLD_SIZE=2"}), 0) << err;
+  }
+  EXPECT_TRUE(read_file(dir + "/exit.json").empty());
+  for (int rank : {0, 1}) {
+    const json r = parse_report(dir + "/exit-rank" + std::to_string(rank) + ".json");
+    EXPECT_EQ(r["process"]["rank"], rank);
+    EXPECT_EQ(r["process"]["world_size"], 2);
+    ASSERT_EQ(r["leaks"].size(), 1u) << r.dump(1);
+  }
+  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+}
+
 TEST(ExitReport, TextGoesToAFileOrToStderr) {
   const std::string path = scratch_dir() + "/exit.txt";
   std::string err;

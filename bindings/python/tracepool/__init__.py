@@ -39,6 +39,7 @@ __all__ = [
     "mark",
     "render_report",
     "report",
+    "report_path",
     "stats",
     "tag",
     "write_file",
@@ -143,10 +144,23 @@ def write_report(
     straight into that descriptor, a character device or a FIFO in place; anything else (a directory,
     a socket, a symbolic link) raises :class:`InvalidArgumentError` and is left alone. ``format`` is
     ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``. ``reason`` and ``top``
-    as :func:`report`'s.
+    as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see :func:`report_path`.
     """
     # bytes: any file name the OS allows
     _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
+
+
+def report_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
+    """Where a report written to ``path`` now goes.
+
+    ``{rank}`` (the launcher's rank, 0 when none), ``{pid}`` and ``{host}`` are replaced. Under a
+    launcher of more than one rank (torchrun's ``RANK`` and ``WORLD_SIZE``, Open MPI, MPICH, Slurm), a
+    path that names neither ``{rank}`` nor ``{pid}`` gets ``-rank<N>`` before its extension, so that
+    no rank's report replaces another's: ``report.json`` becomes ``report-rank1.json``. ``"stderr"``
+    and paths under ``/dev`` stay as they are. :func:`write_report`, ``TRACEPOOL_REPORT`` and ``python
+    -m tracepool run -o`` all write there.
+    """
+    return os.fsdecode(_tracepool.report_path(os.fsencode(path)))
 
 
 def render_report(

@@ -1,5 +1,6 @@
 """The command line: `python -m tracepool run` runs a program with tracepool as its allocator and
-reports where its memory went when it ends; `python -m tracepool report` renders a saved report.
+reports where its memory went when it ends; `python -m tracepool report` renders a saved report;
+`merge` shows the reports of several ranks as one, and `diff` what changed between two reports.
 
 Errors of the command line itself (a missing script, a bad --conf, a file that is not a report)
 are one line on stderr and exit status 2, never a traceback. A script's own failure is the
@@ -51,6 +52,26 @@ examples:
   python -m tracepool report report.json
   python -m tracepool report --top 3 report.json
   python -m tracepool report --format json report.json | less"""
+
+
+_MERGE_DESCRIPTION = """\
+Show several reports as one: each call site across reports (ranks of one job, processes of one run),
+with its live and cached bytes in each, which report holds the most and how far above the mean, and
+where the report holding the most live memory differs from the one holding the least. Sites are
+matched by their stacks and tags, not their ids (each process numbers its own). Reports name their
+rank when a launcher set one (torchrun's RANK and WORLD_SIZE); `run -o report.json` under torchrun
+writes report-rank0.json, report-rank1.json, ...; paths may also place {rank}, {pid} and {host}."""
+
+_DIFF_EPILOG = """\
+examples:
+  python -m tracepool diff epoch1.json epoch5.json
+  python -m tracepool diff --format json before.json after.json > change.json"""
+
+_MERGE_EPILOG = """\
+examples:
+  torchrun --nproc-per-node 2 -m tracepool run -o report.json train.py
+  python -m tracepool merge report-rank*.json
+  python -m tracepool merge -o merged.json report-rank*.json"""
 
 
 class UsageError(Exception):
@@ -163,6 +184,33 @@ def _parser():
         help="text (default), or the JSON as the library writes it (checked; fields it does not know are dropped), "
         "indented",
     )
+    merge = commands.add_parser(
+        "merge",
+        help="show the reports of several ranks or processes as one, with the imbalance between them",
+        description=_MERGE_DESCRIPTION,
+        epilog=_MERGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    merge.add_argument("files", nargs="+", metavar="FILE.json", help="reports saved as JSON (schema %s)" % SCHEMA)
+    diff = commands.add_parser(
+        "diff",
+        help="per-site change in live and cached bytes between two reports",
+        description="Compare two reports (two steps, two commits, two configurations): the change in allocated, "
+        "reserved and cached bytes, and each call site's change in live and cached bytes, largest first; "
+        "sites are matched by their stacks and tags.",
+        epilog=_DIFF_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    diff.add_argument("before", metavar="BEFORE.json", help="the earlier report")
+    diff.add_argument("after", metavar="AFTER.json", help="the later report")
+    for command in (merge, diff):
+        command.add_argument(
+            "--top", type=_positive_int, default=10, metavar="N", help="sites shown in each section (default 10)"
+        )
+        command.add_argument(
+            "--format", choices=("text", "json"), help="text (default), or JSON holding every site; -o x.json picks JSON"
+        )
+        command.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     return parser
 
 
@@ -305,11 +353,12 @@ def _report_at_end(options):
         return 0
     try:
         # Where and as the library writes its reports: atomically, or straight into a device or a FIFO.
+        where = tracepool.report_path(options.output)  # this rank's (Note [Ranks])
         tracepool.write_report(options.output, format=options.format, reason="exit", top=options.top)
     except tracepool.Error as e:
         print("tracepool: report not written: %s" % e, file=sys.stderr)
         return 1
-    print("tracepool: report written to %s" % options.output, file=sys.stderr)
+    print("tracepool: report written to %s" % where, file=sys.stderr)
     return 0
 
 
@@ -363,6 +412,36 @@ def _report(parser, argv):
     return 0
 
 
+def _compare(parser, command, argv):
+    """`merge` and `diff`: computed by tracepool._compare, printed or written where reports go."""
+    from tracepool import _compare
+
+    options = parser.parse_args([command] + argv)
+    try:
+        if command == "merge":
+            result = _compare.merge(options.files)
+            render = _compare.merge_text
+        else:
+            result = _compare.diff(options.before, options.after)
+            render = _compare.diff_text
+    except _compare.ReportError as e:
+        raise UsageError("%s: %s" % (command, e)) from None
+    as_json = options.format == "json" or (options.format is None and (options.output or "").endswith(".json"))
+    text = json.dumps(result, indent=1) + "\n" if as_json else render(result, options.top)
+    if options.output is None:
+        sys.stdout.write(text)
+        return 0
+    import tracepool
+
+    try:
+        tracepool.write_file(options.output, text.encode("utf-8", "surrogateescape"))
+    except tracepool.Error as e:
+        print("tracepool: %s not written: %s" % (command, e), file=sys.stderr)
+        return 1
+    print("tracepool: %s written to %s" % (command, options.output), file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     """The command line; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -376,6 +455,8 @@ def main(argv=None):
             return _run(parser, rest)
         if command == "report":
             return _report(parser, rest)
+        if command in ("merge", "diff"):
+            return _compare(parser, command, rest)
         parser.parse_args(argv)  # --help, --version, or an error naming the unknown command
         parser.print_help(sys.stderr)
         return USAGE_ERROR

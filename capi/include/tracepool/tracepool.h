@@ -299,6 +299,13 @@ TRACEPOOL_API int tracepool_configure_default(const char* conf);
  * straight; anything else refused). `data` may be NULL when size is 0. Needs no instance: hosts use it
  * for their own outputs (tracepool's Python command line and snapshots do). */
 TRACEPOOL_API int tracepool_write_file(const char* path, const void* data, size_t size);
+/* Where a report written to `path` now goes. Report paths take {rank} (the launcher's rank, 0 when
+ * none), {pid} and {host}; under a launcher of more than one rank (torchrun's RANK and WORLD_SIZE,
+ * Open MPI, MPICH, Slurm), a path with neither {rank} nor {pid} gets "-rank<N>" before its extension,
+ * so that no rank's report replaces another's ("report.json" -> "report-rank1.json"); "stderr",
+ * /dev/... and /proc/self/fd/... stay as they are. tracepool_write_report, its variants and
+ * TRACEPOOL_REPORT all apply this. Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_report_path(const char* path, char** out);
 /* Writes the TRACEPOOL_REPORT report of tracepool_default() now (reason "exit") if TRACEPOOL_REPORT is
  * set and the default instance exists; otherwise does nothing and returns TRACEPOOL_OK. At most once
  * per process: later calls, and the atexit handler that writes it at a normal exit, then do nothing.
