@@ -557,6 +557,24 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
   python3 tests/gpu/hosts_check.py compare "$WORK"/hosts.*.json 2>&1 \
     | grep -E '^[A-Za-z]+\|' || echo "FAIL|CuPy/Numba|hosts_check.py compare printed nothing")
 
+# ---- 5d. Two ranks under torchrun: a report each, and a merged view (tests/gpu/ranks_check.py) ------
+ranks_step() {
+  local dir="$WORK/ranks" t
+  t=$(budget 90 40)
+  if ((t == 0)); then row SKIP "ranks: torchrun, two ranks" "time budget spent"; return; fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  timeout "$t" "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 -m tracepool run \
+    -o "$dir/report.json" tests/gpu/ranks_check.py >"$dir/run.log" 2>&1
+  local rc=$?
+  timeout 60 "$PY" -m tracepool merge -o "$dir/merged.json" "$dir"/report-rank*.json >>"$dir/run.log" 2>&1
+  "$PY" -m tracepool merge "$dir"/report-rank*.json >>"$OUT/torch.log" 2>&1
+  local line
+  line=$("$PY" tests/gpu/ranks_check.py compare "$dir" 2>&1 | tail -1)
+  if ((rc != 0)); then row FAIL "ranks: torchrun, two ranks" "torchrun exit $rc: $(tail -3 "$dir/run.log" | tr '\n' ' ' | cut -c1-300)"
+  else ROWS+=("$line"); fi
+}
+ranks_step
+
 # Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;
 # inference: ResNet-18 at batch 1; the ResNet-50 and GPT-2 training steps). native also times each
 # under PyTorch's own history (stacks python, then all). tracepool is untagged (capture:off), tp_python
