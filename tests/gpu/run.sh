@@ -557,7 +557,8 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
   python3 tests/gpu/hosts_check.py compare "$WORK"/hosts.*.json 2>&1 \
     | grep -E '^[A-Za-z]+\|' || echo "FAIL|CuPy/Numba|hosts_check.py compare printed nothing")
 
-# ---- 5d. Two ranks under torchrun: a report each, and a merged view (tests/gpu/ranks_check.py) ------
+# ---- 5d. Two ranks under torchrun: a report each, and a merged view (tests/gpu/ranks_check.py; run
+# between the benchmark rounds below) ------------------------------------------------------------------
 ranks_step() {
   local dir="$WORK/ranks" t
   t=$(budget 90 40)
@@ -573,7 +574,6 @@ ranks_step() {
   if ((rc != 0)); then row FAIL "ranks: torchrun, two ranks" "torchrun exit $rc: $(tail -3 "$dir/run.log" | tr '\n' ' ' | cut -c1-300)"
   else ROWS+=("$line"); fi
 }
-ranks_step
 
 # Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;
 # inference: ResNet-18 at batch 1; the ResNet-50 and GPT-2 training steps). native also times each
@@ -594,6 +594,7 @@ bench_round() {
 }
 bench_round 1 native tracepool tp_python tp_history tp_all
 for a in minimal timed; do NEED=40 torch_step "bench.$a" 1 gpt2_step,resnet_step "$a"; done
+ranks_step  # after the first round of benchmarks, which every benchmark row needs; before the second
 bench_round 2 tp_all tp_history tp_python tracepool native
 
 while IFS= read -r line; do ROWS+=("$line"); done < <(
