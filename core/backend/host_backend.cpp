@@ -49,7 +49,7 @@ class host_backend final : public backend {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
     *total_bytes = options_.capacity;
-    *free_bytes = options_.capacity - used_[static_cast<size_t>(device)];
+    *free_bytes = options_.capacity - options_.outside - used_[static_cast<size_t>(device)];
     return status::ok;
   }
 
@@ -67,9 +67,9 @@ class host_backend final : public backend {
                   size, options_.fail_above);
     }
     size_t& used = used_[static_cast<size_t>(device)];
-    if (size > options_.capacity - used)
+    if (size > options_.capacity - options_.outside - used)
       return fail(status::out_of_memory, "host backend: device %d has %zu of %zu bytes free", device,
-                  options_.capacity - used, options_.capacity);
+                  options_.capacity - options_.outside - used, options_.capacity);
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return fail(status::out_of_memory, "host backend: mmap of %zu bytes failed", size);
     used += size;

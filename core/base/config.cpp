@@ -76,6 +76,8 @@ status apply(const std::string& key, const std::string& value, config* c) {
     int k = 0;
     if (!parse_int(value, 0, 1 << 30, &k)) return bad_value(key, value, "a call number (1 = the first; 0 = never)");
     c->host.fail_call = static_cast<size_t>(k);
+  } else if (key == "host_outside") {
+    if (!parse_bytes(value, &c->host.outside)) return bad_value(key, value, bytes);
   } else if (key == "fail_above") {
     if (!parse_bytes(value, &c->host.fail_above)) return bad_value(key, value, bytes);
   } else if (key == "capture") {
@@ -147,7 +149,7 @@ bool parse_bytes(const std::string& text, size_t* out) {
 const char* config_help() {
   static const std::string help =
       "backend (auto|cuda|host), limit (bytes per device), validate (on|off), "
-      "host_devices (1-64), host_capacity (bytes), fail_alloc (k: fail the k-th device allocation, host only), "
+      "host_devices (1-64), host_capacity (bytes), host_outside (bytes used by others, host only), fail_alloc (k: fail the k-th device allocation, host only), "
       "fail_call (k: fail the k-th backend call of any kind, host only), "
       "fail_above (bytes: fail larger device allocations, host only), capture (" +
       capture_mode_list("|", "|") +
@@ -176,8 +178,13 @@ status parse_config(const char* text, config* out) {
   if (faults && c.backend != backend_choice::host)
     return fail(status::bad_config, "TRACEPOOL_CONF: fail_alloc, fail_call and fail_above need backend:host");
   const host_options defaults;
-  if (c.backend == backend_choice::cuda && (c.host.devices != defaults.devices || c.host.capacity != defaults.capacity))
-    return fail(status::bad_config, "TRACEPOOL_CONF: host_devices and host_capacity do not apply to backend:cuda");
+  if (c.backend == backend_choice::cuda &&
+      (c.host.devices != defaults.devices || c.host.capacity != defaults.capacity || c.host.outside != 0))
+    return fail(status::bad_config,
+                "TRACEPOOL_CONF: host_devices, host_capacity and host_outside do not apply to backend:cuda");
+  if (c.host.outside >= c.host.capacity)
+    return fail(status::bad_config, "TRACEPOOL_CONF: host_outside (%zu bytes) must be less than host_capacity (%zu)",
+                c.host.outside, c.host.capacity);
   *out = c;
   return status::ok;
 }

@@ -17,6 +17,7 @@ struct host_options {
   size_t fail_alloc = 0;                // fail the k-th allocate() call with out_of_memory (1-based; 0 = never)
   size_t fail_call = 0;                 // fail the k-th fallible call of any kind with backend_error (host_ledger)
   size_t fail_above = 0;                // fail every allocate() larger than this many bytes (0 = never)
+  size_t outside = 0;  // bytes each emulated device counts as used by others (a context, a library, a process)
 };
 
 enum class backend_choice { automatic, cuda, host };

@@ -197,6 +197,20 @@ bool is_growing(const std::vector<int64_t>& v) {
   return rises >= 2 && v.back() > v[v.size() - 2];
 }
 
+// Note [Where the memory went]
+// nvidia-smi shows what the driver counts used on a device, which is more than any allocator's
+// figures: tracepool's reserved bytes (live, cached, private pools) are one part; the rest is this
+// process's CUDA context (a few hundred MiB), what libraries allocate without the allocator (cuBLAS and
+// cuDNN workspaces, NCCL's buffers, cudaMalloc calls of extensions), and other processes on the device.
+// A report asks the driver (cuMemGetInfo: total - free, what torch.cuda.mem_get_info gives) when it is
+// made, and splits that used figure into tracepool's reserved bytes and the rest, so that "why does
+// nvidia-smi show 5 GB more than PyTorch says" has a line. nvidia-smi's own "used" may differ from the
+// driver's by memory the driver keeps for itself, which newer drivers list apart as "reserved".
+int64_t outside_bytes(const device_summary& d) {
+  const int64_t reserved = d.stats.table.at(stat_kind::reserved_bytes, all_pools).current;
+  return d.used_bytes > reserved ? d.used_bytes - reserved : 0;
+}
+
 bool trend_is_growing(const site_trend& t) { return !t.fell && t.rises >= 2 && t.rose_last; }
 
 status build_report(allocator& a, const char* reason, report* out) {
@@ -254,6 +268,11 @@ status build_report(allocator& a, const char* reason, report* out) {
       // Sampling on: a block that was not sampled is represented by the weights of those that were.
       if (b.site == 0 && r.sample_bytes != 0) continue;
       live[b.site].add(t, b);
+    }
+    size_t free_bytes = 0, total_bytes = 0;  // Note [Where the memory went]
+    if (a.memory_info(ds.device, &free_bytes, &total_bytes) == status::ok && free_bytes <= total_bytes) {
+      ds.total_bytes = static_cast<int64_t>(total_bytes);
+      ds.used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
     }
     r.devices.push_back(std::move(ds));
   }

@@ -92,7 +92,14 @@ struct device_summary {
   device_stats stats;
   int64_t cached_bytes = 0;  // free memory outside retained private pools
   int64_t largest_free_block = 0;
+  // What the driver says of the whole device when the report was made (cuMemGetInfo: total - free,
+  // every process's memory and the driver's own); 0 when it could not say. Note [Where the memory went]
+  int64_t total_bytes = 0;
+  int64_t used_bytes = 0;
 };
+
+// Bytes the driver counts used on the device that tracepool has not reserved (>= 0).
+int64_t outside_bytes(const device_summary& d);
 
 struct mark_summary {
   std::string label;

@@ -87,6 +87,9 @@ std::string to_json(const report& r) {
     j.key("device"), j.value(static_cast<int64_t>(d.device));
     j.key("cached_bytes"), j.value(d.cached_bytes);
     j.key("largest_free_block"), j.value(d.largest_free_block);
+    j.key("total_bytes"), j.value(d.total_bytes);
+    j.key("used_bytes"), j.value(d.used_bytes);
+    j.key("outside_bytes"), j.value(outside_bytes(d));
   });
 
   objects(j, "leaks", r.leaks, [&](const site_summary& s) {

@@ -296,8 +296,12 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
     device_summary d;
     if (!in.object(item, where, {"device"}) || !in.count(item, where, "device", &d.device) ||
         !in.count(item, where, "cached_bytes", &d.cached_bytes) ||
-        !in.count(item, where, "largest_free_block", &d.largest_free_block))
+        !in.count(item, where, "largest_free_block", &d.largest_free_block) ||
+        !in.count(item, where, "total_bytes", &d.total_bytes) || !in.count(item, where, "used_bytes", &d.used_bytes))
       return false;
+    if (d.used_bytes > d.total_bytes)
+      return in.fail(where + ".used_bytes (" + std::to_string(d.used_bytes) + ") is more than its total_bytes (" +
+                     std::to_string(d.total_bytes) + ")");
     if (const auto st = stats.find(std::to_string(d.device)); st != stats.end()) d.stats = st->second;
     r->devices.push_back(std::move(d));
     return true;

@@ -258,6 +258,13 @@ std::string to_text(const report& r, size_t top) {
         human_bytes(d.largest_free_block).c_str());
     const int64_t in_pools = pool_bytes_on(r, d.device);
     out += in_pools == 0 ? "\n" : "; " + human_bytes(in_pools) + " reserved by private pools\n";
+    if (d.total_bytes > 0)  // Note [Where the memory went]
+      out += printf_string(
+          "  the driver counts %s of %s used (what nvidia-smi shows): %s reserved by tracepool, %s outside it "
+          "(the CUDA context, libraries' own allocations such as cuBLAS/cuDNN workspaces and NCCL buffers, other "
+          "processes)\n",
+          human_bytes(d.used_bytes).c_str(), human_bytes(d.total_bytes).c_str(),
+          human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(outside_bytes(d)).c_str());
   }
 
   const char* held = r.reason == "exit" ? "Leaked: memory still allocated at exit" : "Live: memory allocated now";

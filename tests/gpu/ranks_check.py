@@ -1,4 +1,5 @@
-"""Two ranks under torchrun, each with tracepool as PyTorch's allocator (tests/gpu/run.sh, step 5d):
+"""Two ranks under torchrun, each with tracepool as PyTorch's allocator, and where nvidia-smi's memory
+went (tests/gpu/run.sh, step 5d):
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m tracepool run -o DIR/report.json ranks_check.py
     python -m tracepool merge -o DIR/merged.json DIR/report-rank*.json
@@ -8,6 +9,14 @@ Run by torchrun, rank r keeps (r + 1) * 4 blocks of 1 MiB in CUDA tensors at the
 and frees a 16 MiB scratch tensor every step (on a machine of one GPU both ranks use it). `compare`
 checks that each rank wrote a report of its own naming its rank, that the merged view holds the kept
 line with 4 and 8 MiB and names rank 1 as holding the most, and prints one STATUS|step|detail row.
+
+    python -m tracepool run ranks_check.py accounting OUT.json
+    python ranks_check.py compare-accounting OUT.json
+
+holds 1 GiB in tensors and runs a cuBLAS matmul, then takes a report between two calls of
+torch.cuda.mem_get_info and reads nvidia-smi; `compare-accounting` checks that the report's device
+section (Note [Where the memory went]) splits the driver's used bytes into tracepool's reserved bytes
+and the rest, and that its used bytes are within 1% of what mem_get_info says.
 """
 import json
 import os
@@ -15,6 +24,7 @@ import sys
 
 MiB = 1 << 20
 STEP = "ranks: torchrun, two ranks, one report each and a merged view"
+ACCOUNTING = "nvidia-smi accounting: driver used = tracepool reserved + outside"
 
 
 def work():
@@ -59,8 +69,57 @@ def compare(directory):
         STEP, pids, "/".join(sorted(backends)), where, "4.00 MiB", "8.00 MiB", site["most_live"], site["imbalance"])
 
 
+def accounting(out):
+    import subprocess
+
+    import torch
+
+    import tracepool
+
+    device = torch.device("cuda", 0)
+    held = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    a = torch.randn(2048, 2048, device=device)
+    b = a @ a  # cuBLAS: its handle and workspace
+    torch.cuda.synchronize(device)
+    before = torch.cuda.mem_get_info(device)
+    report = json.loads(tracepool.report("json"))
+    after = torch.cuda.mem_get_info(device)
+    bus = getattr(torch.cuda.get_device_properties(device), "pci_bus_id", None)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id,memory.used,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout
+    smi_used = None
+    lines = [[x.strip() for x in line.split(",")] for line in smi.splitlines() if line.count(",") == 2]
+    for bus_id, used, _ in lines:
+        if (bus is None and len(lines) == 1) or (bus is not None and int(bus_id.split(":")[1], 16) == bus):
+            smi_used = int(used) << 20
+    json.dump({"device": report["devices"][0], "stats": report["stats"]["0"], "mem_get_info": [before, after],
+               "nvidia_smi_used": smi_used}, open(out, "w"))
+    del held, b
+
+
+def compare_accounting(path):
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError) as e:
+        return "FAIL|%s|%s" % (ACCOUNTING, e)
+    dev, reserved = d["device"], d["stats"]["reserved_bytes.all.current"]
+    torch_used = [total - free for free, total in d["mem_get_info"]]
+    expected = sum(torch_used) / 2
+    gib = lambda n: "%.3f GiB" % (n / (1 << 30))  # noqa: E731
+    detail = "driver used %s of %s = tracepool reserved %s + outside %s; torch.cuda.mem_get_info used %s; nvidia-smi used %s" % (
+        gib(dev["used_bytes"]), gib(dev["total_bytes"]), gib(reserved), gib(dev["outside_bytes"]), gib(expected),
+        gib(d["nvidia_smi_used"]) if d["nvidia_smi_used"] is not None else "not read")
+    ok = (dev["used_bytes"] == reserved + dev["outside_bytes"] and reserved >= 1 << 30 and dev["outside_bytes"] > 0
+          and abs(dev["used_bytes"] - expected) <= 0.01 * expected)
+    return "%s|%s|%s (target: within 1%% of mem_get_info)" % ("PASS" if ok else "FAIL", ACCOUNTING, detail)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["compare"]:
         print(compare(sys.argv[2]))
+    elif sys.argv[1:2] == ["accounting"]:
+        accounting(sys.argv[2])
+    elif sys.argv[1:2] == ["compare-accounting"]:
+        print(compare_accounting(sys.argv[2]))
     else:
         held = work()

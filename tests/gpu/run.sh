@@ -573,6 +573,9 @@ ranks_step() {
   line=$("$PY" tests/gpu/ranks_check.py compare "$dir" 2>&1 | tail -1)
   if ((rc != 0)); then row FAIL "ranks: torchrun, two ranks" "torchrun exit $rc: $(tail -3 "$dir/run.log" | tr '\n' ' ' | cut -c1-300)"
   else ROWS+=("$line"); fi
+  timeout 60 "$PY" -m tracepool run tests/gpu/ranks_check.py accounting "$dir/accounting.json" >>"$dir/run.log" 2>&1
+  ROWS+=("$("$PY" tests/gpu/ranks_check.py compare-accounting "$dir/accounting.json" 2>&1 | tail -1)")
+  tail -40 "$dir/run.log" >>"$OUT/torch.log"
 }
 
 # Benchmarks: one process per allocator runs them all (empty_loop: torch.empty alloc+free pairs;

@@ -66,7 +66,8 @@ TEST(Config, UnknownKeyIsAnErrorThatNamesIt) {
 
 TEST(Config, BadValuesSayWhatWasExpected) {
   const char* bad[] = {"backend:gpu", "limit:lots", "limit:-1", "limit:1.5", "validate:maybe",
-                       "host_devices:0", "host_devices:99", "host_capacity:0", "backend", "fail_alloc:x"};
+                       "host_devices:0", "host_devices:99", "host_capacity:0", "backend", "fail_alloc:x",
+                       "host_outside:lots", "host_capacity:1GiB,host_outside:1GiB", "backend:cuda,host_outside:1MiB"};
   for (const char* text : bad) {
     config c;
     EXPECT_EQ(parse_config(text, &c), status::bad_config) << text;

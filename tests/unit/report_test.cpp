@@ -289,4 +289,46 @@ TEST(Sampling, EstimatesAreUnbiasedWithinStatisticalBounds) {
   }
 }
 
+// Note [Where the memory went]: a device's section splits what the driver counts used into
+// tracepool's reserved bytes and the rest (here 300 MiB that the host backend counts as used by
+// others, as a CUDA context or another process would be), and the text says so.
+TEST(Report, DriverUsedMemoryIsSplitIntoTracepoolsAndTheRest) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,host_capacity:4GiB,host_outside:300MiB", &tp), TRACEPOOL_OK);
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 5 << 20, 0, nullptr, &p), TRACEPOOL_OK);
+  const json r = report_of(tp);
+  const json& d = r["devices"][0];
+  const int64_t reserved = r["stats"]["0"]["reserved_bytes.all.current"];
+  EXPECT_GT(reserved, 5 << 20);
+  EXPECT_EQ(d["total_bytes"], int64_t{4} << 30);
+  EXPECT_EQ(d["used_bytes"], reserved + (int64_t{300} << 20));
+  EXPECT_EQ(d["outside_bytes"], int64_t{300} << 20);
+  size_t free_bytes = 0, total_bytes = 0;  // what mem_get_info says adds up to the same
+  ASSERT_EQ(tracepool_mem_get_info(tp, 0, &free_bytes, &total_bytes), TRACEPOOL_OK);
+  EXPECT_EQ(d["used_bytes"], static_cast<int64_t>(total_bytes - free_bytes));
+  char* text = nullptr;
+  ASSERT_EQ(tracepool_report_string(tp, "text", &text), TRACEPOOL_OK);
+  EXPECT_NE(std::string(text).find("the driver counts 320.00 MiB of 4.00 GiB used (what nvidia-smi shows): 20.00 MiB "
+                                   "reserved by tracepool, 300.00 MiB outside it"),
+            std::string::npos)
+      << text;
+  tracepool_string_free(text);
+  // A saved report keeps the figures; one that counts more used than there is is refused.
+  json saved = r;
+  ASSERT_EQ(tracepool_render_report(saved.dump().c_str(), saved.dump().size(), nullptr, &text), TRACEPOOL_OK);
+  EXPECT_NE(std::string(text).find("300.00 MiB outside it"), std::string::npos) << text;
+  tracepool_string_free(text);
+  saved["devices"][0]["used_bytes"] = (int64_t{4} << 30) + 1;
+  EXPECT_EQ(tracepool_render_report(saved.dump().c_str(), saved.dump().size(), nullptr, &text),
+            TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tracepool_last_error()).find("devices[0].used_bytes"), std::string::npos)
+      << tracepool_last_error();
+  // Memory used outside tracepool is not tracepool's to hand out.
+  void* big = nullptr;
+  EXPECT_EQ(tracepool_malloc(tp, (size_t{4} << 30) - (size_t{310} << 20), 0, nullptr, &big), TRACEPOOL_ERR_OOM);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
 }  // namespace
