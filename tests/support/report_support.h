@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tracepool/tracepool.h"
 
@@ -17,7 +18,25 @@ namespace tracepool::testing {
 
 using json = nlohmann::json;
 
-// A fresh directory under the test temp dir, named after the running test.
+// The scratch directories of the running test: removed unless it fails (then kept for a look).
+inline std::vector<std::string>& scratch_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+class scratch_cleaner : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result() != nullptr && !info.result()->Failed())  // passed or skipped
+      for (const std::string& dir : scratch_dirs()) (void)std::system(("rm -rf '" + dir + "'").c_str());
+    scratch_dirs().clear();
+  }
+};
+
+// Registered once per test binary, before main runs the tests.
+inline const bool scratch_cleaner_registered =
+    (::testing::UnitTest::GetInstance()->listeners().Append(new scratch_cleaner), true);
+
+// A fresh directory under the test temp dir, named after the running test; removed unless the test fails.
 inline std::string scratch_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = std::string(info->test_suite_name()) + "_" + info->name();
@@ -26,6 +45,7 @@ inline std::string scratch_dir() {
   const std::string dir = ::testing::TempDir() + "tracepool_" + name + "_" + std::to_string(getpid());
   const std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
+  scratch_dirs().push_back(dir);
   return dir;
 }
 

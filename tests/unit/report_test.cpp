@@ -69,6 +69,7 @@ TEST(ExitReport, JsonIsWrittenByTheExitingProcess) {
 TEST(ExitReport, EachRankWritesItsOwn) {
   const std::string dir = scratch_dir() + "_ranks";  // run_child empties scratch_dir() each time
   ASSERT_EQ(std::system(("rm -rf '" + dir + "' && mkdir '" + dir + "'").c_str()), 0);
+  tracepool::testing::scratch_dirs().push_back(dir);
   for (const char* rank : {"0", "1"}) {
     std::string err;
     ASSERT_EQ(run_child(dir + "/exit.json", &err, {std::string("RANK=") + rank, "WORLD_SIZE=2"}), 0) << err;
@@ -80,7 +81,6 @@ TEST(ExitReport, EachRankWritesItsOwn) {
     EXPECT_EQ(r["process"]["world_size"], 2);
     ASSERT_EQ(r["leaks"].size(), 1u) << r.dump(1);
   }
-  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
 TEST(ExitReport, TextGoesToAFileOrToStderr) {
