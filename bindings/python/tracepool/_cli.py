@@ -390,16 +390,11 @@ def _run(parser, argv):
 def render_saved_report(path, format="text", top=None):
     """The report saved at `path`, rendered by the library; UsageError if it cannot be read or is not
     one (the library's message names the file and the first problem)."""
-    import tracepool
+    from tracepool import _compare
 
     try:
-        with open(path, "rb") as f:
-            saved = f.read()
-    except OSError as e:
-        raise UsageError("report: cannot read %s: %s" % (path, e.strerror or e)) from None
-    try:
-        return tracepool.render_report(saved, format, top, name=path)
-    except tracepool.InvalidArgumentError as e:
+        return _compare.render_file(path, format, top)
+    except _compare.ReportError as e:
         raise UsageError("report: %s" % e) from None
 
 

@@ -21,8 +21,10 @@ class ReportError(Exception):
     """A file that cannot be read or is not a report: one line, exit status 2."""
 
 
-def load(path):
-    """The report saved at `path`, as the library reads it (normalised JSON, as a dict)."""
+def render_file(path, format="text", top=None):
+    """The report saved at `path`, rendered by the library (`report`, `merge` and `diff` read files
+    through it); ReportError if it cannot be read or is not one (the library's message names the file
+    and the first problem)."""
     import tracepool
 
     try:
@@ -31,9 +33,14 @@ def load(path):
     except OSError as e:
         raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
     try:
-        return json.loads(tracepool.render_report(saved, "json", name=path))
+        return tracepool.render_report(saved, format, top, name=path)
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
+
+
+def load(path):
+    """The report saved at `path`, as the library reads it (normalised JSON, as a dict)."""
+    return json.loads(render_file(path, "json"))
 
 
 def _library_dirs():
@@ -126,13 +133,12 @@ def _labels(paths, reports):
 
 def merge(paths):
     """The merged view of the reports at `paths` (a dict of schema tracepool.merge/1)."""
-    reports = [load(p) for p in paths]
+    def by_rank(loaded):  # ranks in order, then reports without one, by file
+        rank = loaded[1].get("process", {}).get("rank")
+        return rank is None, rank or 0, loaded[0]
+
+    paths, reports = zip(*sorted(((p, load(p)) for p in paths), key=by_rank))
     labels = _labels(paths, reports)
-    order = sorted(range(len(reports)), key=lambda i: (reports[i].get("process", {}).get("rank") is None,
-                                                        reports[i].get("process", {}).get("rank") or 0, paths[i]))
-    reports = [reports[i] for i in order]
-    paths = [paths[i] for i in order]
-    labels = [labels[i] for i in order]
     live = [_sites(r, "leaks") for r in reports]
     cached = [_sites(r, "cached") for r in reports]
     growing = [{site_key(s) for s in r.get("leaks", []) if s.get("growing")} for r in reports]
