@@ -127,8 +127,10 @@ py::str take_string(char* text) {
 // tracepool_report_options_t over strings that outlive it (the caller's arguments).
 struct report_options {
   tracepool_report_options_t c{};
-  report_options(const std::string* format, const std::optional<std::string>& reason, int top) {
+  report_options(const std::string* format, const std::optional<std::string>& reason, int top,
+                 bool addresses = false) {
     c.size = sizeof c;
+    c.addresses = addresses ? 1 : 0;
     c.format = format != nullptr ? c_text(*format, "format") : nullptr;
     c.reason = reason ? c_text(*reason, "reason") : nullptr;
     c.top = top;
@@ -359,21 +361,31 @@ PYBIND11_MODULE(_tracepool, m) {
       },
       py::arg("label"), "Records a named point in time; reports give each site's live bytes at every mark.");
   m.def(
+      "auto_mark",
+      [](const std::string& label) {
+        const char* text = c_text(label, "mark label");
+        int taken = 0;
+        call_default([&](tracepool_t* tp) { return tracepool_auto_mark(tp, text, &taken); });
+        return taken != 0;
+      },
+      py::arg("label"),
+      "A boundary a framework saw, kept as an automatic mark when the spacing allows; True if it was.");
+  m.def(
       "tag_push", [](const std::string& label) { check(tracepool_tag_push(c_text(label, "tag label"))); },
       py::arg("label"), "Pushes a tag on the calling thread: sites captured until the matching pop carry it.");
   m.def(
       "tag_pop", [] { check(tracepool_tag_pop()); }, "Pops the calling thread's innermost tag.");
   m.def(
       "report",
-      [](const std::string& format, const std::optional<std::string>& reason, int top) {
-        report_options options(&format, reason, top);
+      [](const std::string& format, const std::optional<std::string>& reason, int top, bool addresses) {
+        report_options options(&format, reason, top, addresses);
         char* text = nullptr;
         call_default([&](tracepool_t* tp) { return tracepool_report_string_with(tp, &options.c, &text); });
         return take_string(text);
       },
-      py::arg("format") = "json", py::arg("reason") = py::none(), py::arg("top") = 0,
+      py::arg("format") = "json", py::arg("reason") = py::none(), py::arg("top") = 0, py::arg("addresses") = false,
       "The report of the memory held now, as 'json' or 'text'; reason None: 'demand'; top: sites the text lists "
-      "per section (0: 10).");
+      "per section (0: 10); addresses: JSON leaks list their live blocks' [address, bytes].");
   m.def(
       "write_report",
       [](const std::string& path, const std::optional<std::string>& format, const std::optional<std::string>& reason,

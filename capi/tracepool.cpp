@@ -131,6 +131,7 @@ struct report_request {
   const char* format = nullptr;  // "json", "text" or nullptr (by path; strings: text)
   size_t top = 10;
   const char* name = nullptr;
+  bool addresses = false;
   bool json() const { return format != nullptr && std::strcmp(format, "json") == 0; }
 };
 
@@ -192,6 +193,7 @@ status read_options(const char* what, const tracepool_report_options_t* options,
                            o.top);
   if (o.top > 0) out->top = static_cast<size_t>(o.top);
   if (size >= offsetof(tracepool_report_options_t, name) + sizeof o.name) out->name = o.name;
+  if (size >= offsetof(tracepool_report_options_t, addresses) + sizeof o.addresses) out->addresses = o.addresses != 0;
   return status::ok;
 }
 
@@ -449,6 +451,17 @@ int tracepool_mark(tracepool_t* tp, const char* label) {
   });
 }
 
+int tracepool_auto_mark(tracepool_t* tp, const char* label, int* taken) {
+  return guarded("tracepool_auto_mark", [&] {
+    if (taken != nullptr) *taken = 0;
+    if (tp == nullptr) return null_handle("tracepool_auto_mark");
+    bool took = false;
+    const status s = tp->impl->auto_mark(label, &took);
+    if (taken != nullptr) *taken = took ? 1 : 0;
+    return s;
+  });
+}
+
 int tracepool_write_report(tracepool_t* tp, const char* path, const char* format) {
   tracepool_report_options_t options{};
   options.size = sizeof options;
@@ -462,7 +475,7 @@ int tracepool_write_report_with(tracepool_t* tp, const char* path, const tracepo
     report_request q;
     if (status s = read_options("tracepool_write_report", options, &q); s != status::ok) return s;
     core::report r;
-    if (status s = core::build_report(*tp->impl, q.reason, &r); s != status::ok) return s;
+    if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
     return core::write_report_to(r, path, q.format, q.top);
   });
 }
@@ -487,7 +500,7 @@ int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options
     report_request q;
     if (status s = read_options("tracepool_report_string", options, &q); s != status::ok) return s;
     core::report r;
-    if (status s = core::build_report(*tp->impl, q.reason, &r); s != status::ok) return s;
+    if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
     return copy_out(q.json() ? core::to_json(r) : core::to_text(r, q.top), out);
   });
 }

@@ -4,6 +4,7 @@
 #include <new>
 #include <string>
 
+#include "base/clock.h"
 #include "trace/tags.h"
 
 namespace tracepool::core {
@@ -19,6 +20,7 @@ struct last_pool {
   int device = -1;
   backend::stream_handle stream = nullptr;
   stream_pool* pool = nullptr;
+  uint32_t allocs = 0;  // counts to auto_sample_every (Note [Growth without marks])
 };
 thread_local last_pool tls_last_pool;
 
@@ -122,6 +124,12 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (observers_.wanted(alloc_events))
     observers_.alloc(block_event{b->ptr, b->size, size, device, stream, tag.site, tag.birth});
   *out = b->ptr;
+  // A sample for the growth of sites (Note [Growth without marks]): a thread-local count, and a
+  // coarse clock read every auto_sample_every allocations. No lock is held here.
+  if (tracer_->auto_mark_interval_ns() != 0 && ++tls_last_pool.allocs % auto_sample_every == 0) {
+    const uint64_t now = monotonic_coarse_ns();
+    if (tracer_->auto_mark_due(now, true)) (void)take_auto_mark("sample", now, true);
+  }
   return status::ok;
 }
 
@@ -316,6 +324,21 @@ status allocator::mark(const char* label) {
   int64_t live = 0;
   for (auto& dev : devices_) live += dev->stats().table.at(stat_kind::requested_bytes, all_pools).current;
   return observers_.mark(mark_event{label, live});
+}
+
+status allocator::auto_mark(const char* label, bool* taken) {
+  if (taken != nullptr) *taken = false;
+  if (status s = check_label("auto_mark", label); s != status::ok) return s;
+  const bool took = take_auto_mark(label, monotonic_coarse_ns(), false);
+  if (taken != nullptr) *taken = took;
+  return status::ok;
+}
+
+bool allocator::take_auto_mark(const char* label, uint64_t now_ns, bool sample) {
+  if (!tracer_->auto_mark_due(now_ns, sample)) return false;  // the common case: no stats read
+  int64_t live = 0;
+  for (auto& dev : devices_) live += dev->stats().table.at(stat_kind::requested_bytes, all_pools).current;
+  return tracer_->auto_mark(label, live, now_ns, sample);
 }
 
 // The device said no after the cache was emptied. The observers are told (no allocator lock is held:

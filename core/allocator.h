@@ -79,6 +79,9 @@ class allocator final : public fork_participant {
 
   // A named point in time, told to every observer (the tracer keeps it for reports).
   status mark(const char* label);
+  // A boundary a host framework saw (an optimizer step, an epoch's end), taken as an automatic mark
+  // when the spacing allows (Note [Growth without marks] in tracer.h); *taken says whether it was.
+  status auto_mark(const char* label, bool* taken);
   // `o` hears every event from now on (Note [Observers]); it must outlive the allocator.
   status subscribe(observer* o) { return observers_.subscribe(o); }
   tracer& call_sites() { return *tracer_; }
@@ -103,6 +106,7 @@ class allocator final : public fork_participant {
   stream_pool* pool_of(int device, backend::stream_handle stream);
   status reject_free(void* ptr);
   status refuse_inherited_device(int device);
+  bool take_auto_mark(const char* label, uint64_t now_ns, bool sample);
   template <typename Fn>
   status for_devices(int device, Fn&& fn);
 

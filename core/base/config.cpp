@@ -106,6 +106,10 @@ status apply(const std::string& key, const std::string& value, config* c) {
     if (!parse_int(value, 0, static_cast<long>(max_history_entries), &n))
       return bad_value(key, value, "0 (off) or the number of events kept, up to 67108864");
     c->history = static_cast<size_t>(n);
+  } else if (key == "auto_mark_ms") {
+    int n = 0;
+    if (!parse_int(value, 0, 3600000, &n)) return bad_value(key, value, "0 (off) or milliseconds up to 3600000");
+    c->auto_mark_ms = static_cast<uint64_t>(n);
   } else if (key == "oom_report") {
     if (value == "stderr") c->oom_report = true;
     else if (value == "off") c->oom_report = false;
@@ -155,7 +159,8 @@ const char* config_help() {
       capture_mode_list("|", "|") +
       "), python_depth (1-256), "
       "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
-      "history (0: off, or the number of allocator events kept), oom_report (stderr|off)";
+      "history (0: off, or the number of allocator events kept), auto_mark_ms (0: off, or the least milliseconds "
+      "between automatic marks), oom_report (stderr|off)";
   return help.c_str();
 }
 

@@ -24,6 +24,7 @@ struct live_tally {
   int64_t blocks = 0;  // x block_unit
   double block_bytes = 0;
   std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;  // birth -> (bytes, blocks x block_unit)
+  std::vector<std::pair<uint64_t, int64_t>> addresses;        // when asked
 
   // With sampling on, a sampled block stands for 1/P(sampled) blocks of its size.
   void add(const tracer& t, const block_record& b) {
@@ -80,6 +81,19 @@ bool group_growing(const std::vector<site_trend>& trends, const std::vector<int6
     all.rose_last = all.rose_last || t.rose_last;
   }
   return trend_is_growing(all);
+}
+
+// The summed live bytes of `members` (site ids, ascending) at each of `marks`.
+std::vector<int64_t> series_of(const std::vector<uint32_t>& members, const std::vector<mark_record>& marks) {
+  std::vector<int64_t> out(marks.size(), 0);
+  for (size_t m = 0; m < marks.size(); ++m) {
+    const auto& at_mark = marks[m].site_live;  // ids ascending
+    for (uint32_t site : members) {
+      auto found = std::lower_bound(at_mark.begin(), at_mark.end(), std::make_pair(site, INT64_MIN));
+      if (found != at_mark.end() && found->first == site) out[m] += found->second;
+    }
+  }
+  return out;
 }
 
 // Retained private pools (Note [Private pools]), each a group of its own: its segments, the free
@@ -188,15 +202,6 @@ class pool_groups {
 
 }  // namespace
 
-bool is_growing(const std::vector<int64_t>& v) {
-  int rises = 0;
-  for (size_t i = 1; i < v.size(); ++i) {
-    if (v[i] < v[i - 1]) return false;
-    rises += v[i] > v[i - 1];
-  }
-  return rises >= 2 && v.back() > v[v.size() - 2];
-}
-
 // Note [Where the memory went]
 // nvidia-smi shows what the driver counts used on a device, which is more than any allocator's
 // figures: tracepool's reserved bytes (live, cached, private pools) are one part; the rest is this
@@ -211,9 +216,7 @@ int64_t outside_bytes(const device_summary& d) {
   return d.used_bytes > reserved ? d.used_bytes - reserved : 0;
 }
 
-bool trend_is_growing(const site_trend& t) { return !t.fell && t.rises >= 2 && t.rose_last; }
-
-status build_report(allocator& a, const char* reason, report* out) {
+status build_report(allocator& a, const char* reason, report* out, bool addresses) {
   tracer& t = a.call_sites();
   call_site_table& sites = t.sites();
   report r;
@@ -238,6 +241,14 @@ status build_report(allocator& a, const char* reason, report* out) {
   }
   const std::vector<mark_record> marks = t.marks(&r.marks_made);
   for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
+  const std::vector<mark_record> auto_marks = t.auto_marks(&r.auto_marks_made);
+  for (const mark_record& m : auto_marks)
+    r.auto_marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
+  r.auto_mark_ms = t.auto_mark_interval_ns() / 1000000;
+  // The program's marks take precedence (Note [Growth without marks]).
+  r.growth_basis = r.marks_made > 0                            ? growth_basis_marks
+                   : auto_marks.size() >= min_growth_marks ? growth_basis_auto
+                                                               : growth_basis_none;
 
   // 1. Collect, then walk every block once: a retained private pool's by pool, other live blocks by
   // site (and birth), other free blocks by last holder.
@@ -267,7 +278,9 @@ status build_report(allocator& a, const char* reason, report* out) {
       }
       // Sampling on: a block that was not sampled is represented by the weights of those that were.
       if (b.site == 0 && r.sample_bytes != 0) continue;
-      live[b.site].add(t, b);
+      live_tally& l = live[b.site];
+      l.add(t, b);
+      if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
     }
     size_t free_bytes = 0, total_bytes = 0;  // Note [Where the memory went]
     if (a.memory_info(ds.device, &free_bytes, &total_bytes) == status::ok && free_bytes <= total_bytes) {
@@ -313,6 +326,7 @@ status build_report(allocator& a, const char* reason, report* out) {
     g.members.push_back(site);
     g.summary.bytes += l.bytes;
     g.blocks_fixed += l.blocks;
+    g.summary.addresses.insert(g.summary.addresses.end(), l.addresses.begin(), l.addresses.end());
     g.block_bytes += l.block_bytes;
     for (const auto& [birth, tally] : l.by_birth) {
       g.by_birth[birth].first += tally.first;
@@ -334,7 +348,12 @@ status build_report(allocator& a, const char* reason, report* out) {
     g.summary.blocks = whole_blocks(g.blocks_fixed);
     g.summary.block_bytes = std::llround(g.block_bytes);
     g.summary.total_blocks = whole_blocks(g.summary.total_blocks);
-    g.summary.growing = group_growing(t.trends(g.members), g.summary.live_at_marks, r.marks_made);
+    if (r.growth_basis == growth_basis_marks) {
+      g.summary.growing = group_growing(t.trends(g.members), g.summary.live_at_marks, r.marks_made);
+    } else if (r.growth_basis == growth_basis_auto) {
+      g.summary.growth_floors = window_floors(series_of(g.members, auto_marks));
+      g.summary.growing = floors_growing(g.summary.growth_floors);
+    }
   }
   std::sort(groups.begin(), groups.end(),
             [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });

@@ -11,6 +11,7 @@
 
 #include "stats.h"
 #include "base/status.h"
+#include "report/growth.h"
 #include "report/process_info.h"
 #include "trace/call_site_table.h"
 #include "trace/symbolizer.h"
@@ -20,6 +21,26 @@ namespace tracepool::core {
 class allocator;
 
 inline constexpr const char* report_schema = "tracepool.report/1";
+
+// What keeps some of a site's blocks alive, as the host named it (tracepool's Python package follows
+// referrers from the objects that expose the blocks: "list `kept` (global in train.py)"). Reports
+// made by the library alone have none; the package adds them to the JSON before rendering.
+struct holder_summary {
+  std::string holder;
+  int64_t bytes = 0;   // of the distinct blocks it holds
+  int64_t blocks = 0;
+  std::string example;  // the access path of one of them from its root ("kept[17]")
+};
+
+// How the search for holders went, when one was made.
+struct holder_search {
+  bool made = false;
+  bool complete = true;  // false: cut short by its time budget (note says so)
+  int64_t objects = 0;   // Python objects examined
+  int64_t exposing = 0;  // of them, those exposing a block
+  double seconds = 0;
+  std::string note;
+};
 
 // Memory held by one call site (stack + tags). Sizes are the bytes requested; with sampling on,
 // bytes and blocks are unbiased estimates.
@@ -34,7 +55,10 @@ struct site_summary {
   int64_t total_bytes = 0;  // allocated since the start (freed or not)
   int64_t total_blocks = 0;
   std::vector<int64_t> live_at_marks;  // live bytes when each mark was made
-  bool growing = false;                // see is_growing()
+  bool growing = false;                // across the marks, or the automatic ones (report::growth_basis)
+  std::vector<int64_t> growth_floors;  // automatic basis: the floor of each window (growth.h)
+  std::vector<holder_summary> held_by;  // what keeps it alive, where the host could tell; bytes descending
+  std::vector<std::pair<uint64_t, int64_t>> addresses;  // (address, bytes) of its live blocks, when asked
 };
 
 // Live blocks of one site born before a mark and still alive after it and every later one, grouped
@@ -130,20 +154,26 @@ struct report {
   std::vector<retained_summary> retained;
   std::vector<cached_summary> cached;  // bytes descending
   std::vector<pool_summary> pools;     // retained private pools, reserved bytes descending
-  std::vector<mark_summary> marks;  // the kept ones (Note [Marks without end] in tracer.h)
+  std::vector<mark_summary> marks;  // the kept ones (Note [Marks without end] in mark_window.h)
   uint64_t marks_made = 0;          // in all
+  std::vector<mark_summary> auto_marks;  // the kept automatic ones (Note [Growth without marks])
+  uint64_t auto_marks_made = 0;
+  uint64_t auto_mark_ms = 0;        // their spacing when the report was made (0: off)
+  std::string growth_basis = "none";  // growth_basis_* below
+  holder_search holders;
   // Set for reason "oom".
   int oom_device = -1;
   size_t oom_requested = 0;
   std::string oom_message;
 };
 
-// "growing": the live bytes at the marks never fell, rose at least twice, and rose into the latest
-// mark. One rise is what a lazily built buffer (optimizer state) looks like.
-bool is_growing(const std::vector<int64_t>& live_at_marks);
-bool trend_is_growing(const site_trend& t);
+// What report::growth_basis says: which marks told growing sites apart.
+inline constexpr const char* growth_basis_marks = "marks";            // the program's (tracepool_mark)
+inline constexpr const char* growth_basis_auto = "automatic marks";   // none of its own: automatic ones
+inline constexpr const char* growth_basis_none = "none";              // too few of either
 
-status build_report(allocator& a, const char* reason, report* out);
+// With `addresses`, each leak lists its live blocks (site_summary::addresses).
+status build_report(allocator& a, const char* reason, report* out, bool addresses = false);
 std::string to_json(const report& r);
 std::string to_text(const report& r, size_t top_sites = 10);
 // A report saved as JSON (to_json's output, or any text of schema tracepool.report/1) read back, so

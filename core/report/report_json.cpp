@@ -26,6 +26,22 @@ void objects(json_out& j, const char* key, const std::vector<T>& items, Fields&&
   j.close(']');
 }
 
+void counts(json_out& j, const char* key, const std::vector<int64_t>& values) {
+  j.key(key);
+  j.open('[');
+  for (int64_t v : values) j.value(v);
+  j.close(']');
+}
+
+void marks(json_out& j, const char* key, const std::vector<mark_summary>& kept) {
+  objects(j, key, kept, [&](const mark_summary& m) {
+    j.key("label"), j.value(m.label);
+    j.key("index"), j.value(static_cast<int64_t>(m.index));
+    j.key("time_ns"), j.value(static_cast<int64_t>(m.time_ns));
+    j.key("live_bytes"), j.value(m.live_bytes);
+  });
+}
+
 }  // namespace
 
 std::string to_json(const report& r) {
@@ -101,12 +117,26 @@ std::string to_json(const report& r) {
     j.key("total_bytes"), j.value(s.total_bytes);
     j.key("total_blocks"), j.value(s.total_blocks);
     tags(j, s.tags);
-    j.key("live_at_marks");
-    j.open('[');
-    for (int64_t v : s.live_at_marks) j.value(v);
-    j.close(']');
+    counts(j, "live_at_marks", s.live_at_marks);
     j.key("growing"), j.value(s.growing);
+    counts(j, "growth_floors", s.growth_floors);
+    objects(j, "held_by", s.held_by, [&](const holder_summary& h) {
+      j.key("holder"), j.value(h.holder);
+      j.key("bytes"), j.value(h.bytes);
+      j.key("blocks"), j.value(h.blocks);
+      j.key("example"), j.value(h.example);
+    });
     write_frames(j, s.frames, frame_schema::tracepool);
+    if (!s.addresses.empty()) {
+      j.key("addresses");
+      j.open('[');
+      for (const auto& [address, bytes] : s.addresses) {
+        j.open('[');
+        j.value(static_cast<uint64_t>(address)), j.value(bytes);
+        j.close(']');
+      }
+      j.close(']');
+    }
   });
 
   objects(j, "retained", r.retained, [&](const retained_summary& t) {
@@ -153,13 +183,24 @@ std::string to_json(const report& r) {
     });
   });
 
-  objects(j, "marks", r.marks, [&](const mark_summary& m) {
-    j.key("label"), j.value(m.label);
-    j.key("index"), j.value(static_cast<int64_t>(m.index));
-    j.key("time_ns"), j.value(static_cast<int64_t>(m.time_ns));
-    j.key("live_bytes"), j.value(m.live_bytes);
-  });
+  marks(j, "marks", r.marks);
   j.key("marks_made"), j.value(static_cast<int64_t>(r.marks_made));
+  marks(j, "auto_marks", r.auto_marks);
+  j.key("auto_marks_made"), j.value(static_cast<int64_t>(r.auto_marks_made));
+  j.key("auto_mark_ms"), j.value(static_cast<int64_t>(r.auto_mark_ms));
+  j.key("growth_basis"), j.value(r.growth_basis);
+  j.key("holder_search");
+  if (!r.holders.made) {
+    j.null();
+  } else {
+    j.open('{');
+    j.key("complete"), j.value(r.holders.complete);
+    j.key("objects"), j.value(r.holders.objects);
+    j.key("exposing"), j.value(r.holders.exposing);
+    j.key("seconds"), j.value(r.holders.seconds);
+    j.key("note"), j.value(r.holders.note);
+    j.close('}');
+  }
 
   if (r.reason == "oom") {
     j.key("oom");

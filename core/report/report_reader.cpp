@@ -170,6 +170,23 @@ class report_reader {
     return true;
   }
 
+  bool counts(const json& obj, const std::string& path, const char* name, std::vector<int64_t>* out) {
+    return list(obj, path, name, [&](const json& item, const std::string& where, size_t) {
+      int64_t n = 0;
+      if (!count_value(item, where, &n)) return false;
+      out->push_back(n);
+      return true;
+    });
+  }
+
+  bool seconds(const json& obj, const std::string& path, const char* name, double* out) {
+    const json* v = find(obj, name);
+    if (v == nullptr) return true;
+    if (!v->is_number() || !(v->get<double>() >= 0)) return wrong(*v, field_path(path, name), "a non-negative number", false);
+    *out = v->get<double>();
+    return true;
+  }
+
   bool strings(const json& obj, const std::string& path, const char* name, std::vector<std::string>* out) {
     return list(obj, path, name, [&](const json& item, const std::string& where, size_t) {
       if (!item.is_string()) return wrong(item, where, "a string", false);
@@ -313,15 +330,51 @@ bool read_site(report_reader& in, const json& v, const std::string& path, site_s
          in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
          in.count(v, path, "block_bytes", &s->block_bytes) && in.count(v, path, "peak_bytes", &s->peak_bytes) &&
          in.count(v, path, "total_bytes", &s->total_bytes) && in.count(v, path, "total_blocks", &s->total_blocks) &&
-         in.strings(v, path, "tags", &s->tags) &&
-         in.list(v, path, "live_at_marks",
+         in.strings(v, path, "tags", &s->tags) && in.counts(v, path, "live_at_marks", &s->live_at_marks) &&
+         in.flag(v, path, "growing", &s->growing) && in.counts(v, path, "growth_floors", &s->growth_floors) &&
+         in.list(v, path, "held_by",
                  [&](const json& item, const std::string& where, size_t) {
-                   int64_t n = 0;
-                   if (!in.count_value(item, where, &n)) return false;
-                   s->live_at_marks.push_back(n);
+                   holder_summary h;
+                   if (!in.object(item, where, {"holder"}) || !in.string(item, where, "holder", &h.holder) ||
+                       !in.count(item, where, "bytes", &h.bytes) || !in.count(item, where, "blocks", &h.blocks) ||
+                       !in.string(item, where, "example", &h.example))
+                     return false;
+                   s->held_by.push_back(std::move(h));
                    return true;
                  }) &&
-         in.flag(v, path, "growing", &s->growing) && in.frames(v, path, &s->frames);
+         in.frames(v, path, &s->frames);
+}
+
+bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m);
+
+// The automatic marks, what growth was judged by, and the holder search (all absent from reports
+// made before Note [Growth without marks]).
+bool read_growth(report_reader& in, const json& doc, report* r) {
+  if (!in.list(doc, "", "auto_marks",
+               [&](const json& v, const std::string& path, size_t) {
+                 r->auto_marks.emplace_back();
+                 return read_mark(in, v, path, &r->auto_marks.back());
+               }))
+    return false;
+  r->auto_marks_made = r->auto_marks.size();
+  if (!in.count(doc, "", "auto_marks_made", &r->auto_marks_made) || !in.count(doc, "", "auto_mark_ms", &r->auto_mark_ms))
+    return false;
+  if (r->auto_marks_made < r->auto_marks.size())
+    return in.fail("auto_marks_made is " + std::to_string(r->auto_marks_made) + " with " +
+                   std::to_string(r->auto_marks.size()) + " automatic marks kept");
+  r->growth_basis = r->marks_made > 0 ? growth_basis_marks : growth_basis_none;
+  if (!in.string(doc, "", "growth_basis", &r->growth_basis)) return false;
+  if (r->growth_basis != growth_basis_marks && r->growth_basis != growth_basis_auto &&
+      r->growth_basis != growth_basis_none)
+    return in.fail("growth_basis must be \"marks\", \"automatic marks\" or \"none\", not " + describe(json(r->growth_basis)));
+  const auto h = doc.find("holder_search");
+  if (h == doc.end() || h->is_null()) return true;
+  r->holders.made = true;
+  return in.object(*h, "holder_search") && in.flag(*h, "holder_search", "complete", &r->holders.complete) &&
+         in.count(*h, "holder_search", "objects", &r->holders.objects) &&
+         in.count(*h, "holder_search", "exposing", &r->holders.exposing) &&
+         in.seconds(*h, "holder_search", "seconds", &r->holders.seconds) &&
+         in.string(*h, "holder_search", "note", &r->holders.note);
 }
 
 bool read_retained(report_reader& in, const json& v, const std::string& path, saved_retained* t) {
@@ -434,6 +487,7 @@ bool read_body(report_reader& in, const json& doc, report* r) {
   if (r->marks_made < r->marks.size() || (r->marks_made > r->marks.size() && r->marks.size() < 2))
     return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
                    " marks kept: a report keeps every mark made, or the first, the latest and some between");
+  if (!read_growth(in, doc, r)) return false;
   if (const auto p = doc.find("process"); p != doc.end()) {  // absent from reports before Note [Ranks]
     if (!in.object(*p, "process") || !in.count(*p, "process", "pid", &r->process.pid) ||
         !in.string(*p, "process", "host", &r->process.host) ||

@@ -1,5 +1,6 @@
 // report_text.cpp: the text rendering of a report: the top sites by bytes, each with the few
 // frames that say where it is.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
@@ -226,6 +227,43 @@ std::string human_bytes(int64_t bytes) {
   return printf_string("%" PRId64 " B", bytes);
 }
 
+// What keeps a site's blocks alive, where the host named it (holder_summary).
+void holders(std::string& out, const report& r, const site_summary& s) {
+  for (const holder_summary& h : s.held_by) {
+    out += printf_string("       held by %s: %s in %s", h.holder.c_str(), human_bytes(h.bytes).c_str(),
+                         blocks_word(h.blocks).c_str());
+    out += h.example.empty() ? "\n" : ", e.g. " + h.example + "\n";
+  }
+  if (r.holders.made && s.held_by.empty() && s.growing)
+    out += "       held by: no Python object found that exposes these blocks\n";
+}
+
+// How growing sites were told apart (Note [Growth without marks]), and how the holder search went.
+void growth(std::string& out, const report& r) {
+  if (r.growth_basis == growth_basis_auto) {
+    std::vector<std::pair<std::string, size_t>> kinds;  // label -> marks kept, in order of first sight
+    for (const mark_summary& m : r.auto_marks) {
+      auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == m.label; });
+      if (it == kinds.end()) kinds.emplace_back(m.label, 1);
+      else ++it->second;
+    }
+    std::string list;
+    for (const auto& [label, n] : kinds) list += printf_string("%s%zu %s", list.empty() ? "" : ", ", n, label.c_str());
+    out += printf_string(
+        "Growth told without marks: from %llu automatic marks (kept %zu: %s), now at least %llu ms apart. GROWING: "
+        "the lowest live bytes in each sixteenth of the run never fell, rose twice, and rose in the second half.\n",
+        static_cast<unsigned long long>(r.auto_marks_made), r.auto_marks.size(), list.c_str(),
+        static_cast<unsigned long long>(r.auto_mark_ms));
+  } else if (r.growth_basis == growth_basis_none && r.auto_mark_ms != 0) {
+    out += printf_string("Growth: %zu automatic marks so far, too few to tell growing sites (%zu needed); no marks made.\n",
+                         r.auto_marks.size(), min_growth_marks);
+  }
+  if (!r.holders.made) return;
+  out += printf_string("Holders: %" PRId64 " Python objects searched in %.2f s, %" PRId64 " expose blocks%s%s\n",
+                       r.holders.objects, r.holders.seconds, r.holders.exposing,
+                       r.holders.complete ? "" : "; cut short", r.holders.note.empty() ? "" : (": " + r.holders.note).c_str());
+}
+
 std::string to_text(const report& r, size_t top) {
   std::string out;
   const bool estimated = r.sample_bytes != 0;
@@ -274,7 +312,10 @@ std::string to_text(const report& r, size_t top) {
   first_of(out, r.leaks, top, "sites", requested, [&](size_t i, const site_summary& s) {
     out += printf_string("  #%zu %s in %s%s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str(),
                          tag_list(s.tags).c_str());
-    if (s.growing) {
+    if (s.growing && r.growth_basis == growth_basis_auto) {
+      out += "  GROWING without marks, lowest live in each eighth of the run:";
+      for (int64_t v : s.growth_floors) out += " " + human_bytes(v);
+    } else if (s.growing) {
       out += "  GROWING across marks:";
       const size_t n = s.live_at_marks.size(), from = n > series_shown ? n - series_shown : 0;
       if (from > 0) out += " ...";
@@ -283,7 +324,9 @@ std::string to_text(const report& r, size_t top) {
     out += printf_string("  (peak %s, %s allocated in all)\n", human_bytes(s.peak_bytes).c_str(),
                          human_bytes(s.total_bytes).c_str());
     frames(out, s.frames);
+    holders(out, r, s);
   });
+  growth(out, r);
   pools(out, r, top);
 
   if (!r.marks.empty()) {

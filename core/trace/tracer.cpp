@@ -35,7 +35,8 @@ tracer::tracer(const config& cfg, const unwinder& u)
       own_(cfg.own_code != nullptr ? module_range_of(cfg.own_code) : code_range{}),
       serial_(tracers_made.fetch_add(1, std::memory_order_relaxed) + 1),
       unwinder_(u),
-      sampler_(cfg.sample_bytes, cfg.sample_seed) {}
+      sampler_(cfg.sample_bytes, cfg.sample_seed),
+      auto_interval_ns_(cfg.auto_mark_ms * 1000000ULL) {}
 
 // Frames before the first one in tracepool's module belong to the unwinder; frames from there on
 // that stay inside the module are tracepool's own. What follows is the caller's stack.
@@ -127,19 +128,16 @@ void tracer::on_freed(const block_event& e) {
   if (e.site != 0) sites_.on_free(e.site, weighted_bytes(e.requested));
 }
 
-status tracer::on_mark(const mark_event& e) {
-  mark_record m;
-  m.label = e.label;
-  m.time_ns = realtime_ns();
-  m.live_bytes = e.live_bytes;
-  std::lock_guard<std::mutex> lock(marks_mutex_);
-  m.index = marks_made_;
+std::vector<std::pair<uint32_t, int64_t>> tracer::live_by_site(bool trends) {
+  std::vector<std::pair<uint32_t, int64_t>> out;
+  const bool first = marks_.made() == 0;
   for (uint32_t id = 1, end = sites_.end(); id < end; ++id) {
     if (!sites_.ready(id)) continue;
     site_record& rec = sites_.at(id);
     const int64_t live = rec.live_bytes();
-    if (live > 0) m.site_live.emplace_back(id, live);
-    if (marks_made_ > 0) {  // a step from the mark before (0 for a site born since)
+    if (live > 0) out.emplace_back(id, live);
+    if (!trends) continue;
+    if (!first) {  // a step from the mark before (0 for a site born since)
       site_trend& t = rec.trend;
       t.fell = t.fell || live < rec.live_at_last_mark;
       t.rose_last = live > rec.live_at_last_mark;
@@ -147,19 +145,34 @@ status tracer::on_mark(const mark_event& e) {
     }
     rec.live_at_last_mark = live;
   }
-  if (marks_.size() == max_kept_marks) thin_marks();
-  marks_.push_back(std::move(m));
-  ++marks_made_;
+  return out;
+}
+
+status tracer::on_mark(const mark_event& e) {
+  mark_record m;
+  m.label = e.label;
+  m.time_ns = realtime_ns();
+  m.live_bytes = e.live_bytes;
+  std::lock_guard<std::mutex> lock(marks_mutex_);
+  m.site_live = live_by_site(true);
+  marks_.add(std::move(m));
   if (epoch_.load(std::memory_order_relaxed) != UINT32_MAX) epoch_.fetch_add(1, std::memory_order_relaxed);
   return status::ok;
 }
 
-// Drops every other mark between the first and the latest (Note [Marks without end]).
-void tracer::thin_marks() {
-  size_t kept = 1;
-  for (size_t i = 1; i < marks_.size(); ++i)
-    if (i % 2 == 0 || i + 1 == marks_.size()) marks_[kept++] = std::move(marks_[i]);
-  marks_.resize(kept);
+bool tracer::auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, bool sample) {
+  if (mode_ == capture_mode::off) return false;  // no sites: nothing to follow
+  std::unique_lock<std::mutex> lock(marks_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || !auto_mark_due(now_ns, sample)) return false;
+  last_auto_ns_.store(now_ns, std::memory_order_relaxed);
+  mark_record m;
+  m.label = label;
+  m.time_ns = realtime_ns();
+  m.live_bytes = live_bytes;
+  m.site_live = live_by_site(false);
+  if (auto_marks_.add(std::move(m)))  // thinned: half as many marks a second from now on
+    auto_interval_ns_.store(2 * auto_interval_ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  return true;
 }
 
 std::vector<site_trend> tracer::trends(const std::vector<uint32_t>& sites) {
@@ -183,8 +196,14 @@ void tracer::unlock_after_fork() {
 
 std::vector<mark_record> tracer::marks(uint64_t* made) {
   std::lock_guard<std::mutex> lock(marks_mutex_);
-  if (made != nullptr) *made = marks_made_;
-  return marks_;
+  if (made != nullptr) *made = marks_.made();
+  return marks_.kept();
+}
+
+std::vector<mark_record> tracer::auto_marks(uint64_t* made) {
+  std::lock_guard<std::mutex> lock(marks_mutex_);
+  if (made != nullptr) *made = auto_marks_.made();
+  return auto_marks_.kept();
 }
 
 }  // namespace tracepool::core

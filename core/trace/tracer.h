@@ -17,31 +17,30 @@
 #include "base/config.h"
 #include "block_tag.h"
 #include "call_site_table.h"
+#include "mark_window.h"
 #include "observer.h"
 #include "sampler.h"
 #include "unwinder.h"
 
 namespace tracepool::core {
 
-struct mark_record {
-  std::string label;
-  uint64_t index = 0;                                   // marks made before this one
-  uint64_t time_ns = 0;                                 // CLOCK_REALTIME
-  int64_t live_bytes = 0;                               // requested bytes live on all devices (exact)
-  std::vector<std::pair<uint32_t, int64_t>> site_live;  // estimated live bytes per site, sites with any
-};
+// Note [Growth without marks]
+// Most programs never call tracepool_mark, yet "which line grows every epoch" is what their users ask.
+// So the tracer keeps automatic marks too, in a window of their own: they never change the program's
+// marks, the births of blocks or what reports call retained. Two kinds:
+//   - boundaries a host framework reports (tracepool_auto_mark): tracepool.torch marks after an
+//     optimizer step, at the end of a DataLoader's epoch and at a Module.train()/eval() switch, points
+//     at the same phase of every step, where the step's temporaries are gone;
+//   - samples, taken as allocations go by (every 64th allocation of a thread reads a coarse clock)
+//     once nothing has marked for twice the interval: hosts without a framework hook (C, CuPy, Numba)
+//     and phases without boundaries (a long evaluation).
+// A mark reads every site's counters (~0.1 us a site), so automatic marks are at least auto_mark_ms
+// apart (100 ms by default), and each time their window is thinned the spacing doubles: the window
+// stays evenly spread over the run, and a long run costs no more per second than a short one. Which
+// sites grow is judged from the window when a report is made (growth.h), and only when the program
+// made no marks of its own: those take precedence.
+inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread between two clock reads
 
-// Note [Marks without end]
-// A loop may mark every step, for ever. Two things are kept, both bounded:
-//   - for every site, its trend over every mark made (site_record::trend: fell, rises, rose into the
-//     latest), updated at each mark from the live bytes at the one before; growth is told from it
-//     exactly, whatever the number of marks;
-//   - a window of at most max_kept_marks marks, with each site's live bytes then, for the series
-//     reports show and for naming the mark after which retained blocks were born. When it is full,
-//     every other mark between the first and the latest is dropped, so the window always holds the
-//     first mark, the latest, and an even spread in between. Reports say how many marks were made
-//     (marks_made) besides the ones kept.
-inline constexpr size_t max_kept_marks = 512;
 
 class tracer final : public observer {
  public:
@@ -69,6 +68,18 @@ class tracer final : public observer {
 
   // The kept marks, oldest first, and how many marks were made in all.
   std::vector<mark_record> marks(uint64_t* made = nullptr);
+
+  // Automatic marks (Note [Growth without marks]). Whether one now would be taken: a boundary once
+  // the interval has passed since the last, a sample (`sample`) once twice the interval has.
+  bool auto_mark_due(uint64_t now_ns, bool sample) const {
+    const uint64_t interval = auto_interval_ns_.load(std::memory_order_relaxed);
+    return interval != 0 && now_ns - last_auto_ns_.load(std::memory_order_relaxed) >= (sample ? 2 * interval : interval);
+  }
+  // Takes the mark if it is still due; false if not, or while another thread takes one.
+  bool auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, bool sample);
+  std::vector<mark_record> auto_marks(uint64_t* made = nullptr);
+  // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins.
+  uint64_t auto_mark_interval_ns() const { return auto_interval_ns_.load(std::memory_order_relaxed); }
   // Trends of `sites` (ids), in the same order.
   std::vector<site_trend> trends(const std::vector<uint32_t>& sites);
 
@@ -96,12 +107,15 @@ class tracer final : public observer {
   sampler sampler_;
   call_site_table sites_;
 
-  void thin_marks();
+  // Every site's live bytes now (those with any); with `trends`, each site's trend steps too.
+  std::vector<std::pair<uint32_t, int64_t>> live_by_site(bool trends);
 
   std::atomic<uint32_t> epoch_{0};  // marks made, as blocks record it (saturates)
-  std::mutex marks_mutex_;
-  uint64_t marks_made_ = 0;
-  std::vector<mark_record> marks_;  // kept (Note [Marks without end])
+  std::mutex marks_mutex_;          // guards both windows and the sites' trends
+  mark_window marks_;               // the program's (Note [Marks without end])
+  mark_window auto_marks_;          // automatic ones (Note [Growth without marks])
+  std::atomic<uint64_t> auto_interval_ns_;
+  std::atomic<uint64_t> last_auto_ns_{0};  // monotonic_ns of the latest automatic mark
 };
 
 }  // namespace tracepool::core

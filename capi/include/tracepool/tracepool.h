@@ -184,6 +184,13 @@ TRACEPOOL_API int tracepool_tag_pop(void);
  * number of marks: an instance keeps at most 512 of them for the series and labels in reports (the
  * first, the latest and an even spread between), and reports say how many were made. */
 TRACEPOOL_API int tracepool_mark(tracepool_t* tp, const char* label);
+/* A boundary a host framework saw (an optimizer step, an epoch's end, a train/eval switch), kept as an
+ * automatic mark if the last automatic one is at least TRACEPOOL_CONF auto_mark_ms old (*taken, if not
+ * NULL, says whether it was). Automatic marks are kept apart from tracepool_mark's: when a program
+ * made no marks of its own, reports judge which sites grow from them (and from the samples the
+ * library takes as allocations go by). `label` as tracepool_mark's. Cheap when not taken (a clock
+ * read); when taken, it reads every call site's counters. */
+TRACEPOOL_API int tracepool_auto_mark(tracepool_t* tp, const char* label, int* taken);
 /* Writes a report of the memory held now. path:
  *   - "stderr", "/dev/stdout", "/dev/stderr", "/dev/fd/N", "/proc/self/fd/N": written straight into
  *     that file descriptor (which must be open for writing); the path is never opened or replaced;
@@ -220,6 +227,9 @@ typedef struct tracepool_report_options {
   int top;            /* call sites the text lists per section, largest first (0: 10; JSON has every site) */
   const char* name;   /* tracepool_render_report: what its messages call the text, a file name say
                          (NULL: "the text") */
+  int addresses;      /* nonzero: each JSON "leaks" entry carries "addresses", [[address, bytes], ...] of
+                         its live blocks, for a tool that names what holds them (tracepool's Python
+                         package). Saved reports drop them when rendered. */
 } tracepool_report_options_t;
 /* tracepool_write_report with options: the report of the memory held now, to `path` (the rules of
  * tracepool_write_report). */

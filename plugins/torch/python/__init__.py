@@ -118,6 +118,7 @@ def install(conf: str | None = None) -> None:
         _installed = {"conf": conf, "allocator": allocator, "torch_lib": torch_lib}
         _patch_memory_functions(torch, allocator_class=torch_lib is not None)
         _patch_backward(torch)
+        _mark_boundaries(torch)
         if torch_lib is not None:
             _patch_graph_capture(torch)
 
@@ -299,6 +300,60 @@ def _patch_backward(torch: Any) -> None:
         run_backward = getattr(module, "_engine_run_backward", None)
         if run_backward is not None:
             module._engine_run_backward = _lend_frames(run_backward)
+
+
+def _mark_boundaries(torch: Any) -> None:
+    """Automatic marks at a training loop's own boundaries, so that reports tell growing sites in a
+    program that never calls tracepool.mark (Note [Growth without marks] in core/trace/tracer.h):
+    after every optimizer step (PyTorch's global step hook), when a DataLoader's iterator ends an
+    epoch, and when a module switches between train() and eval(). Each costs a call into tracepool
+    that takes the mark only when the last automatic one is auto_mark_ms old (a clock read
+    otherwise); none changes what the program sees: the hook returns None, StopIteration and
+    train()'s result pass through."""
+    auto_mark = _tracepool.auto_mark
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        auto_mark("optimizer step")
+
+    register = getattr(torch.optim.optimizer, "register_optimizer_step_post_hook", None)
+    if register is not None:
+        register(after_step)
+
+    iterator_class = torch.utils.data.dataloader._BaseDataLoaderIter
+    next_batch = iterator_class.__next__
+    if getattr(next_batch, "__tracepool_wrapped__", None) is None:
+
+        @functools.wraps(next_batch)
+        def __next__(self: Any) -> Any:
+            try:
+                return next_batch(self)
+            except StopIteration:
+                auto_mark("epoch end")
+                raise
+
+        __next__.__tracepool_wrapped__ = next_batch
+        iterator_class.__next__ = __next__
+
+    module_class = torch.nn.Module
+    train = module_class.train
+    if getattr(train, "__tracepool_wrapped__", None) is None:
+        switching = threading.local()  # train() recurses into every submodule: mark the outermost call
+
+        @functools.wraps(train)
+        def train_or_eval(self: Any, mode: bool = True) -> Any:
+            if getattr(switching, "inside", False):
+                return train(self, mode)
+            was = getattr(self, "training", None)
+            switching.inside = True
+            try:
+                return train(self, mode)
+            finally:
+                switching.inside = False
+                if was is not None and was != bool(mode):
+                    auto_mark("train()" if mode else "eval()")
+
+        train_or_eval.__tracepool_wrapped__ = train
+        module_class.train = train_or_eval
 
 
 def pool(use_on_oom: bool = False) -> Any:

@@ -1,0 +1,223 @@
+// Growth without marks (Note [Growth without marks], Note [Growth by window floors]): the window-floor
+// test on series made to look like a leak, a warm-up, optimizer state and noise, its false-positive
+// rate on trendless series, and a program that never marks, through the C API (host backend).
+#include <gtest/gtest.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "report/growth.h"
+#include "report_support.h"
+#include "tracepool/tracepool.h"
+
+namespace {
+
+using tracepool::core::floors_growing;
+using tracepool::core::growth_windows;
+using tracepool::core::window_floors;
+using tracepool::testing::json;
+using tracepool::testing::report_of;
+
+#define KEEP_FRAME() asm volatile("" ::: "memory")
+
+bool grows(const std::vector<int64_t>& series) { return floors_growing(window_floors(series)); }
+
+// n points of f(i).
+template <typename F>
+std::vector<int64_t> series(int n, F f) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(f(i));
+  return out;
+}
+
+TEST(GrowthFloors, ASteadyLeakGrowsEvenUnderChurn) {
+  EXPECT_TRUE(grows(series(64, [](int i) { return 512 * i; })));
+  // The same leak seen at random phases of a step, a temporary of 1 MiB live at every third sample.
+  EXPECT_TRUE(grows(series(64, [](int i) { return 512 * i + (i % 3 == 0 ? (1 << 20) : 0); })));
+}
+
+TEST(GrowthFloors, ALeakThatGrowsOncePerEpochGrowsFromThreeEpochsOn) {
+  // Validation outputs kept: flat through each epoch's training, a step up at each validation.
+  EXPECT_TRUE(grows(series(90, [](int i) { return int64_t{1 << 20} * (i / 30); })));
+  EXPECT_FALSE(grows(series(60, [](int i) { return int64_t{1 << 20} * (i / 30); }))) << "two epochs: one rise";
+  EXPECT_TRUE(grows(series(40, [](int i) { return int64_t{1 << 20} * (i / 10); }))) << "four epochs, 10 marks each";
+}
+
+TEST(GrowthFloors, BuiltOnceFirstStepStateAndWarmUpDoNotGrow) {
+  EXPECT_FALSE(grows(series(64, [](int) { return 100 << 20; }))) << "a model built once";
+  EXPECT_FALSE(grows(series(64, [](int i) { return i == 0 ? 0 : 200 << 20; }))) << "optimizer state, first step";
+  EXPECT_FALSE(grows(series(64, [](int i) { return std::min(i, 20) * 4096; }))) << "a warm-up cache that fills";
+  EXPECT_FALSE(grows(series(64, [](int i) { return i < 2 ? 0 : 32 << 20; }))) << "a cuBLAS workspace";
+  EXPECT_FALSE(grows(series(64, [](int i) { return (i % 4) * 4096; }))) << "churn";
+  EXPECT_FALSE(grows(series(31, [](int i) { return i * 4096; }))) << "too few marks to tell";
+}
+
+TEST(GrowthFloors, AFallAnywhereMeansNotGrowing) {
+  std::vector<int64_t> s = series(64, [](int i) { return i * 4096; });
+  for (int i = 40; i < 48; ++i) s[i] = 0;  // all of one window dropped: its floor falls
+  EXPECT_FALSE(grows(s));
+}
+
+// Note [Growth by window floors] says what a site without a trend risks; measured here on
+// exchangeable series (independent draws) of four kinds, 100000 series each.
+TEST(GrowthFloors, FalsePositivesOnTrendlessSeriesAreRare) {
+  std::mt19937_64 rng(20261125);
+  const int trials = 100000;
+  struct kind {
+    const char* name;
+    std::function<int64_t()> draw;
+  };
+  std::uniform_int_distribution<int64_t> wide(0, int64_t{1} << 40), four(0, 3);
+  std::uniform_real_distribution<double> unit(0, 1);
+  const std::vector<kind> kinds = {
+      {"distinct values", [&] { return wide(rng); }},
+      {"four values", [&] { return four(rng); }},
+      {"mostly zero, rare bursts", [&] { return unit(rng) < 0.9 ? 0 : wide(rng); }},
+      {"mostly high, rare lows", [&] { return unit(rng) < 0.1 ? four(rng) : int64_t{1} << 30; }},
+  };
+  for (const kind& k : kinds) {
+    for (int n : {32, 64, 512}) {
+      int flagged = 0;
+      std::vector<int64_t> s(static_cast<size_t>(n));
+      for (int t = 0; t < trials; ++t) {
+        for (int64_t& v : s) v = k.draw();
+        flagged += grows(s);
+      }
+      std::printf("[ measured ] %s, %d marks: %d of %d flagged\n", k.name, n, flagged, trials);
+      EXPECT_LE(flagged, trials / 2000) << k.name << ", " << n << " marks";
+    }
+  }
+}
+
+// ---- A program that never marks, through the C API ----
+
+std::vector<void*> kept;
+
+__attribute__((noinline)) void* take(tracepool_t* tp, size_t bytes) {
+  void* p = nullptr;
+  EXPECT_EQ(tracepool_malloc(tp, bytes, 0, nullptr, &p), TRACEPOOL_OK) << tracepool_last_error();
+  KEEP_FRAME();
+  return p;
+}
+__attribute__((noinline)) void build_model(tracepool_t* tp) { kept.push_back(take(tp, 8 << 20)); KEEP_FRAME(); }
+__attribute__((noinline)) void make_optimizer_state(tracepool_t* tp) {
+  kept.push_back(take(tp, 16 << 20));
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void fill_warm_up_cache(tracepool_t* tp) { kept.push_back(take(tp, 64 << 10)); KEEP_FRAME(); }
+__attribute__((noinline)) void keep_output(tracepool_t* tp) { kept.push_back(take(tp, 4096)); KEEP_FRAME(); }
+__attribute__((noinline)) void churn_activation(tracepool_t* tp) {
+  void* p = take(tp, 1 << 20);
+  EXPECT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  KEEP_FRAME();
+}
+
+// Longer than twice the spacing, whatever the coarse clock's resolution: every step may mark.
+void wait_past(int spacing_ms) {
+  timespec res{};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+  const long ns = 2L * spacing_ms * 1000000L + res.tv_nsec + 1000000L;
+  timespec pause{ns / 1000000000L, ns % 1000000000L};
+  nanosleep(&pause, nullptr);
+}
+
+// A training loop: a model built once, optimizer state made at the first step, a warm-up cache that
+// fills in 5 steps, one output kept every step (the leak) and 100 temporaries made and freed. With
+// `boundaries`, the loop says where each step ends (as tracepool.torch does after optimizer.step());
+// without, only the samples the library takes as allocations go by mark anything.
+json train_without_marks(bool boundaries, int steps = 40) {
+  tracepool_t* tp = nullptr;
+  EXPECT_EQ(tracepool_create("backend:host,capture:native,auto_mark_ms:1,oom_report:off", &tp), TRACEPOOL_OK);
+  kept.clear();
+  build_model(tp);
+  for (int step = 0; step < steps; ++step) {
+    if (step == 0) make_optimizer_state(tp);
+    if (step < 5) fill_warm_up_cache(tp);
+    keep_output(tp);
+    for (int i = 0; i < 100; ++i) churn_activation(tp);
+    wait_past(1);
+    if (boundaries) EXPECT_EQ(tracepool_auto_mark(tp, "optimizer step", nullptr), TRACEPOOL_OK);
+  }
+  const json r = report_of(tp);
+  for (void* p : kept) EXPECT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  kept.clear();
+  tracepool_destroy(tp);
+  return r;
+}
+
+bool flagged(const json& r, const char* function) {
+  for (const json& site : r["leaks"])
+    for (const json& f : site["frames"])
+      if (f["function"].get<std::string>().find(function) != std::string::npos) return site["growing"].get<bool>();
+  ADD_FAILURE() << "no live site ran " << function;
+  return false;
+}
+
+TEST(GrowthWithoutMarks, BoundariesFlagTheLeakAndNothingElse) {
+  const json r = train_without_marks(true);
+  ASSERT_EQ(r["growth_basis"], "automatic marks") << r.dump(1);
+  EXPECT_EQ(r["marks_made"], 0);
+  EXPECT_GE(r["auto_marks_made"].get<int>(), 40);
+  EXPECT_TRUE(flagged(r, "keep_output"));
+  EXPECT_FALSE(flagged(r, "build_model"));
+  EXPECT_FALSE(flagged(r, "make_optimizer_state"));
+  EXPECT_FALSE(flagged(r, "fill_warm_up_cache"));
+  for (const json& m : r["marks"]) ADD_FAILURE() << "an automatic mark among the program's: " << m.dump();
+}
+
+TEST(GrowthWithoutMarks, SamplesAloneFlagTheLeak) {
+  const json r = train_without_marks(false);
+  ASSERT_EQ(r["growth_basis"], "automatic marks") << r.dump(1);
+  for (const json& m : r["auto_marks"]) EXPECT_EQ(m["label"], "sample");
+  EXPECT_TRUE(flagged(r, "keep_output"));
+  EXPECT_FALSE(flagged(r, "build_model"));
+  EXPECT_FALSE(flagged(r, "make_optimizer_state"));
+  EXPECT_FALSE(flagged(r, "fill_warm_up_cache"));
+  const std::string text = tracepool::testing::render(r.dump(), "text");
+  EXPECT_NE(text.find("GROWING without marks"), std::string::npos) << text;
+  EXPECT_NE(text.find("Growth told without marks"), std::string::npos) << text;
+}
+
+TEST(GrowthWithoutMarks, TheProgramsOwnMarksTakePrecedence) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,capture:native,auto_mark_ms:1", &tp), TRACEPOOL_OK);
+  kept.clear();
+  for (int step = 0; step < 20; ++step) {
+    keep_output(tp);
+    wait_past(1);
+    ASSERT_EQ(tracepool_auto_mark(tp, "optimizer step", nullptr), TRACEPOOL_OK);
+  }
+  ASSERT_EQ(tracepool_mark(tp, "only one"), TRACEPOOL_OK);
+  const json r = report_of(tp);
+  EXPECT_EQ(r["growth_basis"], "marks");
+  EXPECT_FALSE(flagged(r, "keep_output")) << "one mark of the program's own cannot show growth";
+  for (void* p : kept) EXPECT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  kept.clear();
+  tracepool_destroy(tp);
+}
+
+TEST(GrowthWithoutMarks, SpacingIsKeptAndOffMeansNone) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,auto_mark_ms:3600000", &tp), TRACEPOOL_OK);
+  int taken = -1;
+  ASSERT_EQ(tracepool_auto_mark(tp, "epoch end", &taken), TRACEPOOL_OK);
+  EXPECT_EQ(taken, 1);
+  ASSERT_EQ(tracepool_auto_mark(tp, "epoch end", &taken), TRACEPOOL_OK);
+  EXPECT_EQ(taken, 0) << "an hour has not passed";
+  EXPECT_EQ(tracepool_auto_mark(tp, nullptr, &taken), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_auto_mark(nullptr, "x", &taken), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  tracepool_destroy(tp);
+  ASSERT_EQ(tracepool_create("backend:host,auto_mark_ms:0", &tp), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_auto_mark(tp, "epoch end", &taken), TRACEPOOL_OK);
+  EXPECT_EQ(taken, 0);
+  EXPECT_EQ(report_of(tp)["auto_marks_made"], 0);
+  tracepool_destroy(tp);
+  EXPECT_NE(tracepool_create("backend:host,auto_mark_ms:-1", &tp), TRACEPOOL_OK);
+}
+
+}  // namespace
