@@ -17,12 +17,6 @@ namespace {
 // An event's time, cheaply: the TSC (about 10 ns; clock_gettime costs 30 ns on a plain machine and
 // over 100 ns in some virtual machines, twice per alloc+free pair), turned into CLOCK_REALTIME when
 // the entries are read, by the rate seen between creation and then (what PyTorch's history does too).
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 uint64_t ticks() {
 #if defined(__x86_64__) || defined(__i386__)
   return __rdtsc();

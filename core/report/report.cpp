@@ -245,6 +245,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
   for (const mark_record& m : auto_marks)
     r.auto_marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
   r.auto_mark_ms = t.auto_mark_interval_ns() / 1000000;
+  r.auto_mark_seconds = static_cast<double>(t.auto_mark_cost_ns()) * 1e-9;
   // The program's marks take precedence (Note [Growth without marks]).
   r.growth_basis = r.marks_made > 0                            ? growth_basis_marks
                    : auto_marks.size() >= min_growth_marks ? growth_basis_auto

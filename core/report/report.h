@@ -159,6 +159,7 @@ struct report {
   std::vector<mark_summary> auto_marks;  // the kept automatic ones (Note [Growth without marks])
   uint64_t auto_marks_made = 0;
   uint64_t auto_mark_ms = 0;        // their spacing when the report was made (0: off)
+  double auto_mark_seconds = 0;     // spent taking them, in all
   std::string growth_basis = "none";  // growth_basis_* below
   holder_search holders;
   // Set for reason "oom".

@@ -188,6 +188,7 @@ std::string to_json(const report& r) {
   marks(j, "auto_marks", r.auto_marks);
   j.key("auto_marks_made"), j.value(static_cast<int64_t>(r.auto_marks_made));
   j.key("auto_mark_ms"), j.value(static_cast<int64_t>(r.auto_mark_ms));
+  j.key("auto_mark_seconds"), j.value(r.auto_mark_seconds);
   j.key("growth_basis"), j.value(r.growth_basis);
   j.key("holder_search");
   if (!r.holders.made) {

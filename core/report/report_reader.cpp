@@ -357,7 +357,8 @@ bool read_growth(report_reader& in, const json& doc, report* r) {
                }))
     return false;
   r->auto_marks_made = r->auto_marks.size();
-  if (!in.count(doc, "", "auto_marks_made", &r->auto_marks_made) || !in.count(doc, "", "auto_mark_ms", &r->auto_mark_ms))
+  if (!in.count(doc, "", "auto_marks_made", &r->auto_marks_made) || !in.count(doc, "", "auto_mark_ms", &r->auto_mark_ms) ||
+      !in.seconds(doc, "", "auto_mark_seconds", &r->auto_mark_seconds))
     return false;
   if (r->auto_marks_made < r->auto_marks.size())
     return in.fail("auto_marks_made is " + std::to_string(r->auto_marks_made) + " with " +

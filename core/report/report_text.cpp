@@ -250,10 +250,11 @@ void growth(std::string& out, const report& r) {
     std::string list;
     for (const auto& [label, n] : kinds) list += printf_string("%s%zu %s", list.empty() ? "" : ", ", n, label.c_str());
     out += printf_string(
-        "Growth told without marks: from %llu automatic marks (kept %zu: %s), now at least %llu ms apart. GROWING: "
-        "the lowest live bytes in each sixteenth of the run never fell, rose twice, and rose in the second half.\n",
+        "Growth told without marks: from %llu automatic marks (kept %zu: %s), now at least %llu ms apart, taken in "
+        "%.1f ms in all. GROWING: the lowest live bytes in each sixteenth of the run never fell, rose twice, and "
+        "rose in the second half.\n",
         static_cast<unsigned long long>(r.auto_marks_made), r.auto_marks.size(), list.c_str(),
-        static_cast<unsigned long long>(r.auto_mark_ms));
+        static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3);
   } else if (r.growth_basis == growth_basis_none && r.auto_mark_ms != 0) {
     out += printf_string("Growth: %zu automatic marks so far, too few to tell growing sites (%zu needed); no marks made.\n",
                          r.auto_marks.size(), min_growth_marks);

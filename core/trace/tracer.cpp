@@ -165,6 +165,7 @@ bool tracer::auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, b
   std::unique_lock<std::mutex> lock(marks_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !auto_mark_due(now_ns, sample)) return false;
   last_auto_ns_.store(now_ns, std::memory_order_relaxed);
+  const uint64_t began = monotonic_ns();
   mark_record m;
   m.label = label;
   m.time_ns = realtime_ns();
@@ -172,6 +173,7 @@ bool tracer::auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, b
   m.site_live = live_by_site(false);
   if (auto_marks_.add(std::move(m)))  // thinned: half as many marks a second from now on
     auto_interval_ns_.store(2 * auto_interval_ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  auto_cost_ns_.fetch_add(monotonic_ns() - began, std::memory_order_relaxed);
   return true;
 }
 

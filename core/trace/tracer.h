@@ -80,6 +80,8 @@ class tracer final : public observer {
   std::vector<mark_record> auto_marks(uint64_t* made = nullptr);
   // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins.
   uint64_t auto_mark_interval_ns() const { return auto_interval_ns_.load(std::memory_order_relaxed); }
+  // Time spent taking automatic marks, in all (what following growth without marks has cost).
+  uint64_t auto_mark_cost_ns() const { return auto_cost_ns_.load(std::memory_order_relaxed); }
   // Trends of `sites` (ids), in the same order.
   std::vector<site_trend> trends(const std::vector<uint32_t>& sites);
 
@@ -115,7 +117,8 @@ class tracer final : public observer {
   mark_window marks_;               // the program's (Note [Marks without end])
   mark_window auto_marks_;          // automatic ones (Note [Growth without marks])
   std::atomic<uint64_t> auto_interval_ns_;
-  std::atomic<uint64_t> last_auto_ns_{0};  // monotonic_ns of the latest automatic mark
+  std::atomic<uint64_t> last_auto_ns_{0};  // monotonic_coarse_ns of the latest automatic mark
+  std::atomic<uint64_t> auto_cost_ns_{0};
 };
 
 }  // namespace tracepool::core
