@@ -86,9 +86,9 @@ class json_out {
   void value(int64_t n) { comma(), number(n); }
   void value(uint64_t n) { comma(), unsigned_number(n); }
   void value(bool b) { comma(), text += b ? "true" : "false"; }
-  void value(double d) {  // three decimals (seconds to the millisecond); not finite gives 0
+  void value(double d) {  // six decimals (seconds to the microsecond); not finite gives 0
     char buf[48];
-    std::snprintf(buf, sizeof buf, "%.3f", std::isfinite(d) ? d : 0.0);
+    std::snprintf(buf, sizeof buf, "%.6f", std::isfinite(d) ? d : 0.0);
     comma(), text += buf;
   }
   void null() { comma(), text += "null"; }

@@ -248,10 +248,10 @@ void growth(std::string& out, const report& r) {
       else ++it->second;
     }
     std::string list;
-    for (const auto& [label, n] : kinds) list += printf_string("%s%zu %s", list.empty() ? "" : ", ", n, label.c_str());
+    for (const auto& [label, n] : kinds) list += printf_string("%s%s x%zu", list.empty() ? "" : ", ", label.c_str(), n);
     out += printf_string(
         "Growth told without marks: from %llu automatic marks (kept %zu: %s), now at least %llu ms apart, taken in "
-        "%.1f ms in all. GROWING: the lowest live bytes in each sixteenth of the run never fell, rose twice, and "
+        "%.2f ms in all. GROWING: the lowest live bytes in each sixteenth of the run never fell, rose twice, and "
         "rose in the second half.\n",
         static_cast<unsigned long long>(r.auto_marks_made), r.auto_marks.size(), list.c_str(),
         static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3);
@@ -313,9 +313,12 @@ std::string to_text(const report& r, size_t top) {
   first_of(out, r.leaks, top, "sites", requested, [&](size_t i, const site_summary& s) {
     out += printf_string("  #%zu %s in %s%s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str(),
                          tag_list(s.tags).c_str());
-    if (s.growing && r.growth_basis == growth_basis_auto) {
-      out += "  GROWING without marks, lowest live in each eighth of the run:";
-      for (int64_t v : s.growth_floors) out += " " + human_bytes(v);
+    if (s.growing && r.growth_basis == growth_basis_auto && s.growth_floors.size() == growth_windows) {
+      const auto& f = s.growth_floors;  // Note [Growth by window floors]
+      out += printf_string("  GROWING without marks: lowest live %s in the run's first sixteenth, %s at mid-run, %s in "
+                           "its last",
+                           human_bytes(f.front()).c_str(), human_bytes(f[growth_windows / 2]).c_str(),
+                           human_bytes(f.back()).c_str());
     } else if (s.growing) {
       out += "  GROWING across marks:";
       const size_t n = s.live_at_marks.size(), from = n > series_shown ? n - series_shown : 0;

@@ -36,7 +36,7 @@ tracer::tracer(const config& cfg, const unwinder& u)
       serial_(tracers_made.fetch_add(1, std::memory_order_relaxed) + 1),
       unwinder_(u),
       sampler_(cfg.sample_bytes, cfg.sample_seed),
-      auto_interval_ns_(cfg.auto_mark_ms * 1000000ULL) {}
+      auto_interval_ns_(cfg.capture == capture_mode::off ? 0 : cfg.auto_mark_ms * 1000000ULL) {}  // no sites to follow
 
 // Frames before the first one in tracepool's module belong to the unwinder; frames from there on
 // that stay inside the module are tracepool's own. What follows is the caller's stack.
@@ -161,7 +161,6 @@ status tracer::on_mark(const mark_event& e) {
 }
 
 bool tracer::auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, bool sample) {
-  if (mode_ == capture_mode::off) return false;  // no sites: nothing to follow
   std::unique_lock<std::mutex> lock(marks_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !auto_mark_due(now_ns, sample)) return false;
   last_auto_ns_.store(now_ns, std::memory_order_relaxed);

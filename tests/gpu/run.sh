@@ -37,7 +37,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd) && cd "$ROOT" || exit 2
 BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
 LIB=$BUILD/capi/libtracepool.so
 STEPS=${TRACEPOOL_GPU_STEPS:-all}
-case $STEPS in all) budget_s=550 ;; capture) budget_s=575 ;; *) echo "TRACEPOOL_GPU_STEPS: all or capture, not $STEPS" >&2; exit 2 ;; esac
+case $STEPS in
+  all) budget_s=570 ;; capture) budget_s=575 ;; growth) budget_s=400 ;;
+  *) echo "TRACEPOOL_GPU_STEPS: all, capture or growth, not $STEPS" >&2; exit 2 ;;
+esac
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
 rm -f "$OUT"/{build,unit,conformance,bench,trace_bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md
@@ -206,6 +209,37 @@ capture_relay() {
 if [[ $STEPS == capture ]]; then
   wait_for_package
   if [[ $PY == python3 ]]; then row FAIL "capture bench" "no package to measure"; else capture_relay; fi
+fi
+
+# ---- 2d. Growth without marks and who holds it (tests/gpu/unmarked_check.py, tests/bench/holders_bench.py;
+# TRACEPOOL_GPU_STEPS=growth runs this alone). Untimed but for the holder search, which times itself:
+# under `all` it runs beside the seed scenarios. Rows go to WORK/growth.rows, logs to torch.log.
+growth_step() {
+  local t
+  t=$(budget 200 60)
+  if ((t == 0)); then echo "SKIP|unmarked: growth without marks|time budget spent" >"$WORK/growth.rows"; return; fi
+  {
+    timeout -k 5 "$t" "$PY" tests/gpu/unmarked_check.py "$WORK/unmarked" 2>>"$WORK/growth.log" ||
+      echo "FAIL|unmarked: growth without marks|unmarked_check.py exit $? (see torch.log)"
+    timeout -k 5 60 "$PY" tests/bench/holders_bench.py --objects 1000000 >"$WORK/holders.log" 2>&1
+    local rc=$? line
+    line=$(grep -E '^holders: ' "$WORK/holders.log" | tail -1)
+    if ((rc != 0)) || [[ -z $line ]]; then echo "FAIL|who holds it: 1M Python objects|exit $rc: $(tail -1 "$WORK/holders.log")"
+    elif [[ $line =~ median\ ([0-9.]+)\ s ]] && awk "BEGIN{exit !(${BASH_REMATCH[1]} <= 2)}"; then
+      echo "meets|who holds it: 1M Python objects|${line#holders: }"
+    else echo "misses|who holds it: 1M Python objects|${line#holders: }"; fi
+  } >"$WORK/growth.rows"
+  { cat "$WORK/holders.log"; for f in "$WORK"/unmarked/*.log; do printf '\n==== %s ====\n' "$f"; tail -5 "$f"; done
+    "$PY" -m tracepool report --top 5 "$WORK/unmarked/graph.json"; } >>"$WORK/growth.log" 2>&1
+}
+growth_rows() {
+  { printf '\n==== growth without marks, who holds it ====\n'; cat "$WORK/growth.log"; } >>"$OUT/torch.log" 2>/dev/null
+  while IFS= read -r line; do ROWS+=("$line"); done <"$WORK/growth.rows"
+}
+
+if [[ $STEPS == growth ]]; then
+  wait_for_package
+  if [[ $PY == python3 ]]; then row FAIL "unmarked: growth without marks" "no package"; else growth_step; growth_rows; fi
 fi
 
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
@@ -495,6 +529,7 @@ torch_step viz.tp_history 1 history_viz tp_history --report "$WORK/history_timel
 # The seed scenarios and the torch.cuda memory API (tests/gpu/torch_seeds.py): small and untimed, so
 # all at once, each in its own process: WORK/seed.NAME.{out,rc}.
 SEEDS=(validation_outputs losses_append closure freed_cached api oom backward pool)
+growth_step &  # beside the seeds: neither is timed (the holder search times only itself)
 t=$(budget 120 40)
 for s in "${SEEDS[@]}"; do
   if ((t == 0)); then
@@ -509,6 +544,7 @@ for s in "${SEEDS[@]}"; do
   { printf '\n==== torch_seeds.py %s (exit status %s) ====\n' "$s" "$(cat "$WORK/seed.$s.rc")"; cat "$WORK/seed.$s.out"; } \
     >>"$OUT/torch.log"
 done
+growth_rows
 
 # ---- 5b. CUDA graphs, reduce-overhead, MemPool, OOM observers (tests/gpu/graph_check.py) ------------
 # One process per allocator runs every check; then four fresh processes (order ABBA) run the graph

@@ -380,8 +380,8 @@ def test_a_saved_report_renders_as_the_live_one_for_every_capture_mode():
             for i in range(3):
                 kept.append(tracepool.alloc(4096))
                 tracepool.mark("epoch %d" % i)
-        saved = tracepool.report(format="json", reason="exit")
-        print(tracepool.report(format="text", reason="exit", top=2) == tracepool.render_report(saved, top=2))
+        saved = tracepool.report(format="json", reason="exit", holders=False)  # a search's figures differ each time
+        print(tracepool.report(format="text", reason="exit", top=2, holders=False) == tracepool.render_report(saved, top=2))
         """)
     for capture in ("native", "python", "all", "hybrid"):
         env = dict(os.environ, TRACEPOOL_CONF="backend:host,capture:" + capture)

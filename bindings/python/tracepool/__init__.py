@@ -122,13 +122,52 @@ class tag(contextlib.ContextDecorator):
         _tracepool.tag_pop()
 
 
-def report(format: str = "json", reason: str | None = None, top: int | None = None) -> str:
+# How long a report may spend naming what holds memory (Note [Who holds it] in _holders.py).
+HOLDER_BUDGET_S = 2.0
+
+
+def report(format: str = "json", reason: str | None = None, top: int | None = None, holders: bool = True) -> str:
     """The report of the memory held now: ``"json"`` (docs/report-schema.md) or ``"text"``.
 
     ``reason`` is recorded in it (None: ``"demand"``; ``"exit"`` calls what is held leaked); ``top``
-    is how many sites each section of the text lists (None: 10; JSON holds every site).
+    is how many sites each section of the text lists (None: 10; JSON holds every site). With
+    ``holders``, each site says what keeps its blocks alive where Python can tell (a tensor or an
+    object with ``__cuda_array_interface__`` or DLPack that exposes them, followed to a global, a
+    local, a closure cell or the autograd graph of a tensor), found within HOLDER_BUDGET_S seconds.
     """
-    return _tracepool.report(format, reason, 0 if top is None else top)
+    if not holders:
+        return _tracepool.report(format, reason, 0 if top is None else top)
+    return _render(_report_with_holders(reason), format, top)
+
+
+def _report_with_holders(
+    reason: str | None, program_globals: dict[str, Any] | None = None, program_name: str | None = None
+) -> dict[str, Any]:
+    """The JSON report as a dict, each leak with "held_by" (Note [Who holds it] in _holders.py). Runs
+    with the GIL held and no allocator lock: the report is made, then its blocks are looked for."""
+    from ._holders import find_holders
+
+    data: dict[str, Any] = json.loads(_tracepool.report("json", reason, 0, True))
+    blocks = [(address, size, index) for index, site in enumerate(data["leaks"])
+              for address, size in site.pop("addresses", ())]
+    found = find_holders(blocks, program_globals, program_name, HOLDER_BUDGET_S)
+    del blocks
+    for index, held in found["held_by"].items():
+        data["leaks"][index]["held_by"] = held
+    data["holder_search"] = {"complete": bool(found["complete"]), "objects": int(found["objects"]),
+                             "exposing": int(found["exposing"]), "seconds": float(found["seconds"]),
+                             "note": found["note"] or ""}
+    return data
+
+
+def _render(data: dict[str, Any], format: str, top: int | None) -> str:
+    return _tracepool.render_report(json.dumps(data).encode(), format, 0 if top is None else top, None)
+
+
+def _format_for(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None) -> str:
+    if format is not None:
+        return format
+    return "json" if os.fsdecode(path).endswith(".json") else "text"
 
 
 def write_report(
@@ -136,6 +175,7 @@ def write_report(
     format: str | None = None,
     reason: str | None = None,
     top: int | None = None,
+    holders: bool = True,
 ) -> None:
     """Writes the report to ``path``.
 
@@ -143,11 +183,26 @@ def write_report(
     file is left behind); ``"stderr"``, ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written
     straight into that descriptor, a character device or a FIFO in place; anything else (a directory,
     a socket, a symbolic link) raises :class:`InvalidArgumentError` and is left alone. ``format`` is
-    ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``. ``reason`` and ``top``
-    as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see :func:`report_path`.
+    ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``. ``reason``, ``top`` and
+    ``holders`` as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see
+    :func:`report_path`.
     """
-    # bytes: any file name the OS allows
-    _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
+    if not holders:  # bytes: any file name the OS allows
+        _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
+        return
+    _write_with_holders(path, format, reason, top)
+
+
+def _write_with_holders(
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+    format: str | None,
+    reason: str | None,
+    top: int | None,
+    program_globals: dict[str, Any] | None = None,
+    program_name: str | None = None,
+) -> None:
+    text = _render(_report_with_holders(reason, program_globals, program_name), _format_for(path, format), top)
+    write_file(report_path(path), text.encode("utf-8", "surrogatepass"))  # {rank}, {pid}, {host} (Note [Ranks])
 
 
 def report_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:

@@ -146,6 +146,12 @@ def _parser():
         help="sites shown in each section of the text report (default 10); JSON reports hold every site",
     )
     run.add_argument(
+        "--no-holders",
+        action="store_true",
+        help="do not look for what holds each site's memory (by default the report follows the Python objects that "
+        "expose its blocks to a global, a local, a closure or an autograd graph, within 2 s)",
+    )
+    run.add_argument(
         "--no-torch",
         action="store_true",
         help="do not make tracepool PyTorch's allocator, even if PyTorch is installed: only allocations "
@@ -339,22 +345,35 @@ def _run_program(options, program_args):
         return (130 if isinstance(e, KeyboardInterrupt) else 1), e
 
 
-def _report_at_end(options):
-    """The library's report of what the program still holds (reason "exit"), to stderr or --output."""
+def _report_at_end(options, keep_alive=None):
+    """The library's report of what the program still holds (reason "exit"), to stderr or --output.
+    `keep_alive` is what _run_program returned: the program's globals name its holders."""
     import tracepool
+
+    program_globals = keep_alive if isinstance(keep_alive, dict) else None
+    program_name = options.module if options.module is not None else os.path.basename(options.script)
 
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
     if options.output is None:
-        sys.stderr.write(tracepool.report(format=options.format or "text", reason="exit", top=options.top))
+        if options.no_holders:
+            text = tracepool.report(format=options.format or "text", reason="exit", top=options.top, holders=False)
+        else:
+            data = tracepool._report_with_holders("exit", program_globals, program_name)
+            text = tracepool._render(data, options.format or "text", options.top)
+        sys.stderr.write(text)
         sys.stderr.flush()
         return 0
     try:
         # Where and as the library writes its reports: atomically, or straight into a device or a FIFO.
         where = tracepool.report_path(options.output)  # this rank's (Note [Ranks])
-        tracepool.write_report(options.output, format=options.format, reason="exit", top=options.top)
+        if options.no_holders:
+            tracepool.write_report(options.output, format=options.format, reason="exit", top=options.top, holders=False)
+        else:
+            tracepool._write_with_holders(options.output, options.format, "exit", options.top, program_globals,
+                                          program_name)
     except tracepool.Error as e:
         print("tracepool: report not written: %s" % e, file=sys.stderr)
         return 1
@@ -381,7 +400,7 @@ def _run(parser, argv):
             raise UsageError("run: no module named %s" % options.module)
 
     status, keep_alive = _run_program(options, program_args)
-    if _report_at_end(options) != 0 and status == 0:
+    if _report_at_end(options, keep_alive) != 0 and status == 0:
         status = 1
     del keep_alive
     return status

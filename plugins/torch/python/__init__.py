@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import os
 import threading
 import warnings
@@ -315,13 +316,18 @@ def _mark_boundaries(torch: Any) -> None:
     def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         auto_mark("optimizer step")
 
-    register = getattr(torch.optim.optimizer, "register_optimizer_step_post_hook", None)
+    # torch.optim deletes its submodules' names from its namespace: import them by their full names.
+    optimizer_module = importlib.import_module("torch.optim.optimizer")
+    dataloader_module = importlib.import_module("torch.utils.data.dataloader")
+    # Each hook is PyTorch's own API (register_optimizer_step_post_hook) or a class attribute that has
+    # been there since PyTorch 1.x; one that is missing from some version is left out, not an error.
+    register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
     if register is not None:
         register(after_step)
 
-    iterator_class = torch.utils.data.dataloader._BaseDataLoaderIter
-    next_batch = iterator_class.__next__
-    if getattr(next_batch, "__tracepool_wrapped__", None) is None:
+    iterator_class = getattr(dataloader_module, "_BaseDataLoaderIter", None)
+    next_batch = getattr(iterator_class, "__next__", None)
+    if next_batch is not None and getattr(next_batch, "__tracepool_wrapped__", None) is None:
 
         @functools.wraps(next_batch)
         def __next__(self: Any) -> Any:
