@@ -230,7 +230,10 @@ growth_step() {
     else echo "misses|who holds it: 1M Python objects|${line#holders: }"; fi
   } >"$WORK/growth.rows"
   { cat "$WORK/holders.log"; for f in "$WORK"/unmarked/*.log; do printf '\n==== %s ====\n' "$f"; tail -5 "$f"; done
-    "$PY" -m tracepool report --top 5 "$WORK/unmarked/graph.json"; } >>"$WORK/growth.log" 2>&1
+    for b in val_outputs closure graph none; do
+      printf '\n==== python -m tracepool report --top 4 %s.json ====\n' "$b"
+      "$PY" -m tracepool report --top 4 "$WORK/unmarked/$b.json"
+    done; } >>"$WORK/growth.log" 2>&1
 }
 growth_rows() {
   { printf '\n==== growth without marks, who holds it ====\n'; cat "$WORK/growth.log"; } >>"$OUT/torch.log" 2>/dev/null

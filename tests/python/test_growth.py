@@ -1,0 +1,150 @@
+"""Growth found without marks, and who holds it, on the host backend: an unchanged program (no
+tracepool.mark, no tracepool import but its device arrays' own) run under `python -m tracepool run`
+comes out with its leaks flagged GROWING at their lines and named holders, and with nothing else
+flagged (Note [Growth without marks] in core/trace/tracer.h)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Device arrays as CuPy's and Numba's expose theirs (__cuda_array_interface__), over tracepool's
+# memory. Each step: 70 temporaries made and freed (churn), one array kept in a list, one in a
+# closure every other step, one in a dict every third; a model built once and optimizer state made
+# at the first step stay flat. No marks: the library samples as allocations go by.
+PROGRAM = """\
+import time
+import tracepool
+
+class DeviceArray:
+    def __init__(self, nbytes):
+        self.ptr = tracepool.alloc(nbytes)
+        self.nbytes = nbytes
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": (self.nbytes,), "typestr": "|u1", "version": 3}
+    def __del__(self):
+        tracepool.free(self.ptr)
+
+def make_hook():
+    cache = []
+    def remember(x):
+        cache.append(x)
+    return remember
+
+weights = DeviceArray(8 << 20)  # model
+kept = []
+memo = {}
+remember = make_hook()
+for step in range(60):
+    if step == 0:
+        state = DeviceArray(16 << 20)  # optimizer
+    for _ in range(70):
+        DeviceArray(1 << 20)  # churn
+    kept.append(DeviceArray(4096))  # list
+    if step % 2 == 0:
+        remember(DeviceArray(8192))  # closure
+    if step % 3 == 0:
+        memo[step] = DeviceArray(2048)  # dict
+    time.sleep(0.008)
+"""
+
+
+def line_of(path, marker):
+    return [i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if text.endswith("# " + marker)][0]
+
+
+def program_line(site, path):
+    """The line of the site's outermost frame in the program (its <module> line)."""
+    lines = [f["line"] for f in site["frames"]
+             if f["kind"] == "python" and os.path.realpath(f["file"] or "?") == os.path.realpath(path)]
+    return lines[-1] if lines else None
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    work = tmp_path_factory.mktemp("growth")
+    program = work / "train.py"
+    program.write_text(PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "TRACEPOOL_REPORT")}
+    env["TRACEPOOL_CONF"] = "backend:host,auto_mark_ms:2"  # a test's run is short: marks closer together
+    done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", "-o", work / "r.json", program],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((work / "r.json").read_text())
+    sites = {}
+    for site in data["leaks"]:
+        sites.setdefault(program_line(site, program), []).append(site)
+    return data, sites, program
+
+
+def only_site(report, marker):
+    data, sites, program = report
+    found = sites.get(line_of(program, marker), [])
+    assert len(found) == 1, (marker, [program_line(s, program) for s in data["leaks"]])
+    return found[0]
+
+
+def test_growth_is_told_from_automatic_marks_when_the_program_made_none(report):
+    data, _, _ = report
+    assert data["marks_made"] == 0
+    assert data["growth_basis"] == "automatic marks"
+    assert data["auto_marks_made"] >= 32
+    assert {m["label"] for m in data["auto_marks"]} == {"sample"}
+
+
+@pytest.mark.parametrize("marker, holder, example", [
+    ("list", "list `kept` (global in train.py)", "kept["),
+    ("closure", "a closure of `make_hook.<locals>.remember` (cell `cache`", "remember."),
+    ("dict", "dict `memo` (global in train.py)", "memo["),
+])
+def test_each_leak_is_flagged_growing_and_its_holder_named(report, marker, holder, example):
+    site = only_site(report, marker)
+    assert site["growing"], site["growth_floors"]
+    assert site["growth_floors"][-1] > site["growth_floors"][0]
+    assert len(site["held_by"]) == 1, site["held_by"]
+    held = site["held_by"][0]
+    assert held["holder"].startswith(holder), held
+    assert held["example"].startswith(example), held
+    assert (held["bytes"], held["blocks"]) == (site["bytes"], site["blocks"])
+
+
+@pytest.mark.parametrize("marker, name", [("model", "weights"), ("optimizer", "state")])
+def test_memory_built_once_or_at_the_first_step_is_not_growing(report, marker, name):
+    site = only_site(report, marker)
+    assert not site["growing"], site["growth_floors"]
+    assert site["held_by"][0]["holder"] == "global `%s` in train.py" % name
+
+
+def test_churn_is_not_growing_and_nothing_else_is(report):
+    data, sites, program = report
+    assert line_of(program, "churn") not in sites or not any(s["growing"] for s in sites[line_of(program, "churn")])
+    growing = sorted(program_line(s, program) for s in data["leaks"] if s["growing"])
+    assert growing == sorted(line_of(program, m) for m in ("list", "closure", "dict"))
+
+
+def test_the_text_report_says_growing_without_marks_and_who_holds_it(report, tmp_path):
+    data, _, _ = report
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    text = subprocess.run([sys.executable, "-m", "tracepool", "report", path], capture_output=True, text=True,
+                          timeout=60).stdout
+    assert "GROWING without marks" in text
+    assert "held by list `kept` (global in train.py): 240.00 KiB in 60 blocks, e.g. kept[" in text
+    assert "Growth told without marks: from" in text
+    assert "Holders: " in text
+
+
+def test_holders_can_be_left_out(tmp_path):
+    program = tmp_path / "p.py"
+    program.write_text("import tracepool\nkept = [tracepool.alloc(4096)]\n")
+    env = dict(os.environ, TRACEPOOL_CONF="backend:host")
+    done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", "--no-holders", "-o",
+                           tmp_path / "r.json", program], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["holder_search"] is None
+    assert all(not s["held_by"] for s in data["leaks"])

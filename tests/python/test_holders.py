@@ -1,0 +1,339 @@
+"""Who holds it (tracepool/_holders.py): each test keeps fake device arrays alive one way and checks that
+the search names that way. Host only: the arrays are objects with __cuda_array_interface__ (or a real
+DLPack capsule) over made-up addresses, which nothing ever reads.
+
+The module is loaded from its file, so these tests run against the source tree without the extension.
+"""
+
+import ctypes
+import gc
+import importlib.util
+import itertools
+import os
+import sys
+import types
+import weakref
+
+import pytest
+
+HOLDERS_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bindings", "python", "tracepool", "_holders.py")
+_spec = importlib.util.spec_from_file_location("tracepool_holders", HOLDERS_PATH)
+holders = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(holders)
+
+BLOCK = 4096
+_ranges = itertools.count()
+
+
+class FakeArray:
+    """A device array as CuPy and Numba show one: an address and nothing behind it."""
+
+    def __init__(self, address):
+        self.address = address
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.address, False), "shape": (BLOCK,), "typestr": "|u1", "version": 3}
+
+
+class BrokenArray:
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("device lost")
+
+
+class BrokenDLPack:
+    def __dlpack__(self, stream=None):
+        raise BufferError("cannot export")
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+DLTENSOR = b"dltensor"  # a capsule keeps a pointer to its name: this constant outlives every capsule
+
+
+class DLPackArray:
+    """An array that only speaks DLPack: each __dlpack__ returns a real "dltensor" capsule (no deleter)."""
+
+    def __init__(self, address, byte_offset):
+        self.shape = (ctypes.c_int64 * 1)(BLOCK - byte_offset)
+        self.managed = _DLManagedTensor(data=address, device_type=2, ndim=1, code=1, bits=8, lanes=1,
+                                        shape=ctypes.addressof(self.shape), byte_offset=byte_offset)
+
+    def __dlpack__(self, stream=None):
+        return _capsule_new(ctypes.addressof(self.managed), DLTENSOR, None)
+
+
+def addresses(n):
+    """n block addresses no other test uses, so that arrays left over from one test never match another's."""
+    base = 0x7F0000000000 + next(_ranges) * 0x100000000
+    return [base + i * BLOCK for i in range(n)]
+
+
+def blocks_of(addrs, key="site-A"):
+    return [(a, BLOCK, key) for a in addrs]
+
+
+def only_holder(found, key="site-A"):
+    entries = found["held_by"][key]
+    assert len(entries) == 1, entries
+    return entries[0]
+
+
+def make_hook(arrays):
+    cache = list(arrays)
+
+    def hook():
+        return cache
+
+    return hook
+
+
+class Trainer:
+    def __init__(self, buffers):
+        self.buffers = buffers
+
+
+def test_global_list_of_the_program_is_named_with_its_file():
+    addrs = addresses(10)
+    program = {"kept": [FakeArray(a) for a in addrs]}
+    found = holders.find_holders(blocks_of(addrs), program_globals=program, program_name="train.py")
+    entry = only_holder(found)
+    assert entry["holder"] == "list `kept` (global in train.py)"
+    assert (entry["blocks"], entry["bytes"]) == (10, 10 * BLOCK)
+    assert entry["example"] == "kept[0]"
+    assert found["complete"] and found["note"] is None
+    assert found["exposing"] == 10
+
+
+def test_closure_cell_is_named_with_the_function_and_the_cell():
+    addrs = addresses(4)
+    program = {"h": make_hook(FakeArray(a) for a in addrs)}
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "a closure of `make_hook.<locals>.hook` (cell `cache`, global `h` in train.py)"
+    assert entry["example"] == "h.__closure__[0].cell_contents[0]"
+    assert entry["blocks"] == 4
+
+
+def test_dict_value_is_named_with_its_key():
+    addrs = addresses(1)
+    program = {"d": {"k": FakeArray(addrs[0])}}
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "dict `d` (global in train.py)"
+    assert entry["example"] == "d['k']"
+
+
+def test_nested_positions_are_held_by_the_named_list_above_them():
+    addrs = addresses(4)
+    program = {"history": [(FakeArray(a), "step %d" % i) for i, a in enumerate(addrs)]}
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "list `history` (global in train.py)"
+    assert entry["blocks"] == 4
+    assert entry["example"].startswith("history[") and entry["example"].endswith("][0]")
+
+
+def test_attribute_of_a_global_instance_names_the_instance():
+    addrs = addresses(1)
+    trainer = Trainer({})
+    trainer.weight = FakeArray(addrs[0])
+    program = {"trainer": trainer}
+    del trainer
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "a `Trainer` (global `trainer` in train.py)"
+    assert entry["example"] == "trainer.weight"
+
+
+def search_while_trainer_is_local(blocks, addrs):
+    trainer = Trainer({"w": FakeArray(addrs[0]), "b": FakeArray(addrs[1])})
+    found = holders.find_holders(blocks)
+    del trainer
+    return found
+
+
+def test_attribute_of_an_instance_in_a_live_frame_names_the_local():
+    addrs = addresses(2)
+    entry = only_holder(search_while_trainer_is_local(blocks_of(addrs), addrs))
+    assert entry["holder"].startswith(
+        "attribute `.buffers` of a `Trainer` (local `trainer` in search_while_trainer_is_local, test_holders.py:")
+    assert entry["example"] in ("trainer.buffers['w']", "trainer.buffers['b']")
+    assert entry["blocks"] == 2
+
+
+def test_attribute_in_a_materialised_instance_dict_is_named_as_an_attribute():
+    addrs = addresses(1)
+    trainer = Trainer({"w": FakeArray(addrs[0])})
+    assert trainer.__dict__["buffers"]  # the instance now refers to its values through a dict
+    program = {"trainer": trainer}
+    del trainer
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "attribute `.buffers` of a `Trainer` (global `trainer` in train.py)"
+    assert entry["example"] == "trainer.buffers['w']"
+
+
+def test_program_globals_go_before_a_module_that_holds_the_same_list():
+    addrs = addresses(1)
+    module = types.ModuleType("main_as_imported")
+    module.kept = [FakeArray(addrs[0])]
+    sys.modules[module.__name__] = module
+    try:
+        found = holders.find_holders(blocks_of(addrs), {"kept": module.kept}, "train.py")
+    finally:
+        del sys.modules[module.__name__]
+    assert only_holder(found)["holder"] == "list `kept` (global in train.py)"
+
+
+def test_array_in_a_local_is_named_by_the_local():
+    addrs = addresses(1)
+    x = FakeArray(addrs[0])
+    entry = only_holder(holders.find_holders(blocks_of(addrs)))
+    assert entry["holder"].startswith("local `x` in test_array_in_a_local_is_named_by_the_local (test_holders.py:")
+    assert entry["example"] == "x"
+    del x
+
+
+def fail_with_local(address):
+    x = FakeArray(address)
+    raise ValueError("out of memory")
+
+
+def test_local_of_a_frame_in_the_exception_being_handled_is_named():
+    addrs = addresses(1)
+    try:
+        fail_with_local(addrs[0])
+    except ValueError:
+        found = holders.find_holders(blocks_of(addrs))
+    entry = only_holder(found)
+    assert entry["holder"].startswith("local `x` in fail_with_local (test_holders.py:")
+
+
+def test_class_attribute_is_named_with_its_class():
+    addrs = addresses(2)
+    program = {"Registry": type("Registry", (), {"cache": [FakeArray(a) for a in addrs]})}
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "attribute `.cache` of class `Registry` (global `Registry` in train.py)"
+    assert entry["example"] == "Registry.cache[0]"
+
+
+def test_a_holder_deeper_than_the_level_cap_is_not_named():
+    addrs = addresses(1)
+    nested = [FakeArray(addrs[0])]
+    for _ in range(holders.MAX_LEVELS + 2):
+        nested = [nested]
+    program = {"deep": nested}
+    del nested
+    found = holders.find_holders(blocks_of(addrs), program)
+    assert found["held_by"] == {}  # neither a holder nor "no Python root": it was not found
+    assert not found["complete"]
+    assert found["note"].startswith("stopped after %d levels" % holders.MAX_LEVELS)
+
+
+def test_blocks_nothing_exposes_are_left_out():
+    held, unheld = addresses(2), addresses(2)
+    program = {"kept": [FakeArray(held[0]), FakeArray(unheld[1] + 16 * BLOCK)]}  # the second is past every block
+    found = holders.find_holders(blocks_of(held, "held") + blocks_of(unheld, "unheld"), program)
+    assert list(found["held_by"]) == ["held"]
+    assert only_holder(found, "held")["blocks"] == 1
+    assert found["exposing"] == 1
+
+
+def make_cycle(array):
+    cycle = [array]
+    cycle.append(cycle)
+
+
+def test_array_only_in_a_reference_cycle_has_no_root():
+    addrs = addresses(1)
+    gc.collect()
+    gc.disable()  # the cycle must still be there when the search runs
+    try:
+        make_cycle(FakeArray(addrs[0]))
+        found = holders.find_holders(blocks_of(addrs))
+    finally:
+        gc.enable()
+    entry = only_holder(found)
+    assert entry["holder"] == holders.NO_ROOT
+    assert found["complete"]
+
+
+def test_blocks_are_grouped_under_their_own_key():
+    a, b = addresses(3), addresses(2)
+    program = {"first": [FakeArray(x) for x in a], "second": [FakeArray(x) for x in b]}
+    found = holders.find_holders(blocks_of(a, "A") + blocks_of(b, "B"), program, "train.py")
+    assert only_holder(found, "A")["holder"] == "list `first` (global in train.py)"
+    assert only_holder(found, "A")["bytes"] == 3 * BLOCK
+    assert only_holder(found, "B")["holder"] == "list `second` (global in train.py)"
+    assert only_holder(found, "B")["bytes"] == 2 * BLOCK
+
+
+def test_holders_are_ordered_by_bytes_and_capped():
+    addrs = addresses(6)
+    program = {"one": [FakeArray(addrs[0])], "three": [FakeArray(a) for a in addrs[1:4]],
+               "two": [FakeArray(a) for a in addrs[4:]]}
+    entries = holders.find_holders(blocks_of(addrs), program, "train.py", max_holders=2)["held_by"]["site-A"]
+    assert [e["holder"] for e in entries] == ["list `three` (global in train.py)", "list `two` (global in train.py)"]
+
+
+def test_dlpack_capsule_is_read_for_the_address():
+    addrs = addresses(2)
+    program = {"arrays": [DLPackArray(addrs[0], 0), DLPackArray(addrs[1] - 64, 100)]}  # data + byte_offset
+    entry = only_holder(holders.find_holders(blocks_of(addrs), program, "train.py"))
+    assert entry["holder"] == "list `arrays` (global in train.py)"
+    assert entry["blocks"] == 2
+
+
+def test_numpy_array_is_found_through_dlpack():
+    np = pytest.importorskip("numpy")
+    program = {"kept": [np.empty(1024, dtype=np.uint8)]}
+    start = program["kept"][0].ctypes.data
+    entry = only_holder(holders.find_holders([(start, 1024, "np")], program, "train.py"), "np")
+    assert entry["holder"] == "list `kept` (global in train.py)"
+    assert entry["example"] == "kept[0]"
+
+
+def test_zero_budget_stops_at_once_and_says_so():
+    addrs = addresses(1)
+    program = {"kept": [FakeArray(addrs[0])]}
+    found = holders.find_holders(blocks_of(addrs), program, budget_s=0)
+    assert not found["complete"]
+    assert "time budget" in found["note"]
+    assert found["held_by"] == {}
+
+
+def test_objects_that_raise_are_skipped():
+    addrs = addresses(1)
+    program = {"kept": [BrokenArray(), BrokenDLPack(), FakeArray(addrs[0])]}
+    found = holders.find_holders(blocks_of(addrs), program, "train.py")
+    assert only_holder(found)["holder"] == "list `kept` (global in train.py)"
+    assert found["complete"]
+
+
+def test_a_failed_search_becomes_a_note():
+    found = holders.find_holders([("not an address", BLOCK, "site-A")])
+    assert not found["complete"]
+    assert found["note"].startswith("holder search failed: ")
+    assert found["held_by"] == {}
+
+
+def test_the_search_keeps_no_reference():
+    addrs = addresses(1)
+    program = {"kept": [FakeArray(addrs[0])]}
+    array = program["kept"][0]
+    before = sys.getrefcount(array)
+    holders.find_holders(blocks_of(addrs), program, "train.py")
+    assert sys.getrefcount(array) == before
+
+
+def test_a_local_that_changes_after_the_search_is_not_kept_alive():
+    addrs = addresses(1)
+    x = FakeArray(addrs[0])
+    freed = weakref.ref(x)
+    holders.find_holders(blocks_of(addrs))
+    x = None  # before PEP 667 the frame's f_locals snapshot would still refer to the array
+    assert freed() is None
