@@ -73,7 +73,8 @@ class tracer final : public observer {
   // the interval has passed since the last, a sample (`sample`) once twice the interval has.
   bool auto_mark_due(uint64_t now_ns, bool sample) const {
     const uint64_t interval = auto_interval_ns_.load(std::memory_order_relaxed);
-    return interval != 0 && now_ns - last_auto_ns_.load(std::memory_order_relaxed) >= (sample ? 2 * interval : interval);
+    const uint64_t last = last_auto_ns_.load(std::memory_order_relaxed);  // 0: none yet
+    return interval != 0 && (last == 0 || now_ns - last >= (sample ? 2 * interval : interval));
   }
   // Takes the mark if it is still due; false if not, or while another thread takes one.
   bool auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, bool sample);

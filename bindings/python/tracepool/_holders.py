@@ -2,6 +2,7 @@
 a user names them ("list `kept` (global in train.py)", "a closure of `make_hook` (cell `cache`)").
 Runs at report time only; never calls the allocator; standard library only (torch only if imported).
 
+Note [Who holds it]
 1. Exposing objects: one pass over gc.get_objects(), each type asked once how it shows device memory
    (torch storage, __cuda_array_interface__, __dlpack__), the address bisected into the blocks.
 2. Holders: breadth first upwards to roots (module globals, the program's globals, frames), one heap
