@@ -130,6 +130,20 @@ def test_dict_value_is_named_with_its_key():
     assert entry["example"] == "d['k']"
 
 
+def test_a_key_that_is_not_a_plain_value_is_named_by_its_type_not_its_repr():
+    class Parameter:  # as torch's optimizer state is keyed: by tensors, whose repr is many lines
+        def __repr__(self):
+            raise AssertionError("a key's repr runs its own code")
+
+    addrs = addresses(2)
+    key = Parameter()
+    program = {"state": {key: {"exp_avg": FakeArray(addrs[0])}, "x" * 100: FakeArray(addrs[1])}}
+    found = holders.find_holders(blocks_of(addrs), program, "train.py")
+    examples = sorted(e["example"] for entries in found["held_by"].values() for e in entries)
+    assert "state[<a `Parameter`>]['exp_avg']" in examples, examples
+    assert all("\n" not in e and len(e) < 80 for e in examples), examples
+
+
 def test_nested_positions_are_held_by_the_named_list_above_them():
     addrs = addresses(4)
     program = {"history": [(FakeArray(a), "step %d" % i) for i, a in enumerate(addrs)]}

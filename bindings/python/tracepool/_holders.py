@@ -179,6 +179,16 @@ def _root_phrase(scope, nested):
     return "the globals of %s" % name if kind == "global" else "the frame of %s" % _in(scope, nested)
 
 
+def _key_text(key):
+    """A dict key as a path shows it: the repr of a plain value, cut at 40 characters; anything else by its
+    type (a tensor's repr is many lines, and an object's repr runs its own code)."""
+    if key is None or isinstance(key, (str, bytes, int, float, bool)) or (
+            isinstance(key, tuple) and all(k is None or isinstance(k, (str, bytes, int, float, bool)) for k in key)):
+        text = repr(key)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return "<a `%s`>" % type(key).__name__
+
+
 def _what(obj):
     if isinstance(obj, type):
         return "class `%s`" % obj.__qualname__
@@ -446,7 +456,7 @@ class _Search:
             steps = {id(k): ("key", " (a key)", None) for k in obj}
             for k, v in obj.items():
                 named = up.edge == "attrdict" and isinstance(k, str)
-                steps[id(v)] = ("attr", "." + k, None) if named else ("item", "[%r]" % (k,), None)
+                steps[id(v)] = ("attr", "." + k, None) if named else ("item", "[%s]" % _key_text(k), None)
             return steps
         if isinstance(obj, tuple) and up.edge == "closure":
             names = self.nodes[up.owner].__code__.co_freevars
