@@ -321,7 +321,6 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
       groups.emplace_back();
       groups.back().summary = std::move(s);
       groups.back().summary.site = site;
-      groups.back().summary.live_at_marks.assign(marks.size(), 0);
     }
     leak_group& g = groups[it->second];
     g.members.push_back(site);
@@ -339,16 +338,12 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
       g.summary.total_bytes += rec.total_bytes.load(std::memory_order_relaxed);
       g.summary.total_blocks += rec.total_blocks.load(std::memory_order_relaxed);  // x block_unit until the end
     }
-    for (size_t m = 0; m < marks.size(); ++m) {
-      const auto& at_mark = marks[m].site_live;
-      auto found = std::lower_bound(at_mark.begin(), at_mark.end(), std::make_pair(site, INT64_MIN));
-      if (found != at_mark.end() && found->first == site) g.summary.live_at_marks[m] += found->second;
-    }
   }
   for (leak_group& g : groups) {
     g.summary.blocks = whole_blocks(g.blocks_fixed);
     g.summary.block_bytes = std::llround(g.block_bytes);
     g.summary.total_blocks = whole_blocks(g.summary.total_blocks);
+    g.summary.live_at_marks = series_of(g.members, marks);
     if (r.growth_basis == growth_basis_marks) {
       g.summary.growing = group_growing(t.trends(g.members), g.summary.live_at_marks, r.marks_made);
     } else if (r.growth_basis == growth_basis_auto) {

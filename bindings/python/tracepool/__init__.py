@@ -135,9 +135,21 @@ def report(format: str = "json", reason: str | None = None, top: int | None = No
     object with ``__cuda_array_interface__`` or DLPack that exposes them, followed to a global, a
     local, a closure cell or the autograd graph of a tensor), found within HOLDER_BUDGET_S seconds.
     """
+    return _report_text(format, reason, top, holders)
+
+
+def _report_text(
+    format: str,
+    reason: str | None,
+    top: int | None,
+    holders: bool,
+    program_globals: dict[str, Any] | None = None,
+    program_name: str | None = None,
+) -> str:
+    """report(); `program_globals` and `program_name` as _report_with_holders'."""
     if not holders:
         return _tracepool.report(format, reason, 0 if top is None else top)
-    return _render(_report_with_holders(reason), format, top)
+    return _render(_report_with_holders(reason, program_globals, program_name), format, top)
 
 
 def _report_with_holders(
@@ -187,20 +199,22 @@ def write_report(
     ``holders`` as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see
     :func:`report_path`.
     """
-    if not holders:  # bytes: any file name the OS allows
-        _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
-        return
-    _write_with_holders(path, format, reason, top)
+    _write_report(path, format, reason, top, holders)
 
 
-def _write_with_holders(
+def _write_report(
     path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
     format: str | None,
     reason: str | None,
     top: int | None,
+    holders: bool,
     program_globals: dict[str, Any] | None = None,
     program_name: str | None = None,
 ) -> None:
+    """write_report(); `program_globals` and `program_name` as _report_with_holders'."""
+    if not holders:  # bytes: any file name the OS allows
+        _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
+        return
     text = _render(_report_with_holders(reason, program_globals, program_name), _format_for(path, format), top)
     write_file(report_path(path), text.encode("utf-8", "surrogatepass"))  # {rank}, {pid}, {host} (Note [Ranks])
 

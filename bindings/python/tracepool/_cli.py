@@ -358,22 +358,15 @@ def _report_at_end(options, keep_alive=None):
     except (OSError, ValueError):
         pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
     if options.output is None:
-        if options.no_holders:
-            text = tracepool.report(format=options.format or "text", reason="exit", top=options.top, holders=False)
-        else:
-            data = tracepool._report_with_holders("exit", program_globals, program_name)
-            text = tracepool._render(data, options.format or "text", options.top)
-        sys.stderr.write(text)
+        sys.stderr.write(tracepool._report_text(options.format or "text", "exit", options.top, not options.no_holders,
+                                                program_globals, program_name))
         sys.stderr.flush()
         return 0
     try:
         # Where and as the library writes its reports: atomically, or straight into a device or a FIFO.
         where = tracepool.report_path(options.output)  # this rank's (Note [Ranks])
-        if options.no_holders:
-            tracepool.write_report(options.output, format=options.format, reason="exit", top=options.top, holders=False)
-        else:
-            tracepool._write_with_holders(options.output, options.format, "exit", options.top, program_globals,
-                                          program_name)
+        tracepool._write_report(options.output, options.format, "exit", options.top, not options.no_holders,
+                                program_globals, program_name)
     except tracepool.Error as e:
         print("tracepool: report not written: %s" % e, file=sys.stderr)
         return 1
