@@ -10,14 +10,13 @@ find_holders over R rounds and prints the median, min and max, the objects exami
 """
 import argparse
 import gc
-import importlib.util
+import importlib
 import os
 import statistics
 import sys
 import time
+import types
 
-HOLDERS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bindings", "python",
-                            "tracepool", "_holders.py")
 BLOCK = 1 << 20
 BASE = 0x7F0000000000
 
@@ -29,10 +28,12 @@ TRAINER = None  # .buffers: a dict of 100 arrays
 
 
 def load_holders():
-    spec = importlib.util.spec_from_file_location("tracepool_holders", HOLDERS_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tracepool._holders from the source tree, its package's __init__ (which loads the extension) left out."""
+    source = types.ModuleType("tracepool_source")
+    source.__path__ = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bindings", "python",
+                                    "tracepool")]
+    sys.modules["tracepool_source"] = source
+    return importlib.import_module("tracepool_source._holders")
 
 
 class FakeArray:

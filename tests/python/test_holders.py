@@ -2,12 +2,12 @@
 the search names that way. Host only: the arrays are objects with __cuda_array_interface__ (or a real
 DLPack capsule) over made-up addresses, which nothing ever reads.
 
-The module is loaded from its file, so these tests run against the source tree without the extension.
+The module is loaded from its folder, so these tests run against the source tree without the extension.
 """
 
 import ctypes
 import gc
-import importlib.util
+import importlib
 import itertools
 import os
 import sys
@@ -16,10 +16,11 @@ import weakref
 
 import pytest
 
-HOLDERS_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bindings", "python", "tracepool", "_holders.py")
-_spec = importlib.util.spec_from_file_location("tracepool_holders", HOLDERS_PATH)
-holders = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(holders)
+# The package's folder as a package without its __init__ (which loads the extension).
+_source = types.ModuleType("tracepool_source")
+_source.__path__ = [os.path.join(os.path.dirname(__file__), "..", "..", "bindings", "python", "tracepool")]
+sys.modules["tracepool_source"] = _source
+holders = importlib.import_module("tracepool_source._holders")
 
 BLOCK = 4096
 _ranges = itertools.count()
@@ -120,6 +121,31 @@ def test_closure_cell_is_named_with_the_function_and_the_cell():
     assert entry["holder"] == "a closure of `make_hook.<locals>.hook` (cell `cache`, global `h` in train.py)"
     assert entry["example"] == "h.__closure__[0].cell_contents[0]"
     assert entry["blocks"] == 4
+
+
+class Layer:
+    """A PyTorch module's shape: weights and forward hooks in the instance's dicts."""
+
+    def __init__(self, weight):
+        self.parameters = {"weight": weight}
+        self.forward_hooks = {}
+
+
+def test_a_hook_on_a_layer_whose_weights_an_optimizer_also_holds_is_named():
+    # Found on the H200: the weights are exposing objects too, reached first through the optimizer; the
+    # search then stopped going up from the layers (nothing unnamed under them yet) and the hook's path,
+    # found later, ended at a layer that was never followed further: "no Python root reaches it".
+    weights, kept = addresses(2), addresses(6)
+    layers = [Layer(FakeArray(a)) for a in weights]
+    layers[1].forward_hooks[0] = make_hook(FakeArray(a) for a in kept)
+    program = {"model": Trainer({"layers": {str(i): layer for i, layer in enumerate(layers)}}),
+               "optimizer": {"params": [layer.parameters["weight"] for layer in layers]}}
+    del layers  # the program's globals are the only root
+    found = holders.find_holders(blocks_of(weights, "weights") + blocks_of(kept), program, "train.py")
+    entry = only_holder(found)
+    assert entry["holder"].startswith("a closure of `make_hook.<locals>.hook` (cell `cache`, `model.buffers"), entry
+    assert entry["blocks"] == 6
+    assert found["complete"]
 
 
 def test_dict_value_is_named_with_its_key():
@@ -351,3 +377,61 @@ def test_a_local_that_changes_after_the_search_is_not_kept_alive():
     holders.find_holders(blocks_of(addrs))
     x = None  # before PEP 667 the frame's f_locals snapshot would still refer to the array
     assert freed() is None
+
+
+class FakeStorage:
+    def __init__(self, address):
+        self.address = address
+
+    def data_ptr(self):
+        return self.address
+
+
+class FakeTensor:
+    """A torch tensor as the search reads one: its storage's address and its grad_fn."""
+
+    def __init__(self, address, grad_fn=None):
+        self.address, self.grad_fn = address, grad_fn
+
+    def untyped_storage(self):
+        return FakeStorage(self.address)
+
+
+class FakeNode:
+    """An autograd node: its saved tensor lives in C++ (gc sees no reference), read as a new object each
+    time; next_functions leads to the nodes before it."""
+
+    def __init__(self, saved_address, upstream=None):
+        self.saved_address = saved_address
+        self.next_functions = ((upstream, 0),) if upstream is not None else ()
+
+    @property
+    def _saved_self(self):
+        return FakeTensor(self.saved_address)
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    torch = types.ModuleType("torch")
+    torch.Tensor = FakeTensor
+    monkeypatch.setitem(sys.modules, "torch", torch)
+
+
+def test_autograd_graphs_of_kept_losses_are_named_by_their_list(fake_torch):
+    losses, saved = addresses(4), addresses(8)
+    program = {"val_losses": [FakeTensor(loss, FakeNode(saved[2 * i], FakeNode(saved[2 * i + 1])))
+                              for i, loss in enumerate(losses)],
+               "loss": FakeTensor(addresses(1)[0], FakeNode(addresses(1)[0]))}
+    last = program["loss"]
+    blocks = blocks_of(losses, "losses") + blocks_of(saved, "activations") + [
+        (last.address, BLOCK, "last"), (last.grad_fn.saved_address, BLOCK, "last activation")]
+    del last  # the program's globals name it
+    found = holders.find_holders(blocks, program, "train.py")
+    entry = only_holder(found, "activations")
+    assert entry["holder"] == "the autograd graphs of the tensors in list `val_losses` (global in train.py)"
+    assert entry["blocks"] == 8
+    assert entry["example"].startswith("val_losses[") and "grad_fn" in entry["example"], entry
+    assert only_holder(found, "losses")["holder"] == "list `val_losses` (global in train.py)"
+    named = only_holder(found, "last activation")
+    assert named["holder"] == "the autograd graph of `loss` (global in train.py)"
+    assert named["example"] == "loss.grad_fn._saved_self"

@@ -12,6 +12,11 @@ Note [Who holds it]
 3. Words: the shortest path from a root, as an expression (`trainer.buffers['w']`) and as the container
    that holds the object, named from its root. Then an exposing tensor's autograd graph, for saved tensors.
 
+Note [Paths found late]: a level follows only what lies under an exposing object still without a root;
+the rest waits in `pending`, not dropped. A model's layer is reached first from its weights, which the
+optimizer's globals name at once, so the layer waits; a forward hook's closure reached later ends at that
+layer, which is then followed (seen on the H200: dropped, the hook's outputs had "no Python root").
+
 Note [Own objects]: each container of found objects that the search makes is kept in `owned` to the end
 and its id put in `own`, so that the search never names itself; `nodes` keeps every found object alive,
 so that no id is reused by another object while the search runs.
@@ -21,13 +26,13 @@ from __future__ import annotations
 
 import bisect
 import collections
-import ctypes
 import gc
-import operator
 import os
 import sys
 import time
 import types
+
+from . import _exposing as exposing
 
 MAX_LEVELS = 24  # a holder further than this from every root is not named (the note says so)
 WIDE_LEVEL = 300  # above this many targets a Python pass over the heap beats gc.get_referrers
@@ -71,64 +76,6 @@ def find_holders(blocks, program_globals=None, program_name=None, budget_s=2.0, 
         counts = {name: getattr(search, name) for name in counts}
         search.clear()
     return dict(held_by=held_by, seconds=time.perf_counter() - started, complete=complete, note=note, **counts)
-
-
-class _DLTensor(ctypes.Structure):
-    """The head of dlpack.h's DLManagedTensor: enough to read where the data starts."""
-
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-# A function object of our own: setting restype on ctypes.pythonapi's would change it for everyone.
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
-
-
-def _tensor_address(tensor):
-    return tensor.untyped_storage().data_ptr()
-
-
-def _interface_address(obj):
-    return int(obj.__cuda_array_interface__["data"][0])
-
-
-def _dlpack_address(obj):
-    try:
-        capsule = obj.__dlpack__()
-    except TypeError:
-        capsule = obj.__dlpack__(stream=None)
-    # The capsule keeps its name, so its destructor still calls the producer's deleter.
-    head = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
-    return (head.data or 0) + head.byte_offset
-
-
-_grad_fn = operator.attrgetter("grad_fn")
-
-
-def _address(expose, obj):
-    try:
-        return expose(obj)
-    except Exception:  # a broken object (or a meta, sparse or fake tensor) is skipped
-        return None
-
-
-def _exposers(types_seen, tensor_type):
-    """type -> how its objects show device memory, for the types in `types_seen` that do."""
-    found = {}
-    for tp in types_seen:
-        try:
-            if tensor_type is not None and issubclass(tp, tensor_type):
-                found[tp] = _tensor_address
-            elif hasattr(tp, "__cuda_array_interface__"):
-                found[tp] = _interface_address
-            elif hasattr(tp, "__dlpack__"):
-                found[tp] = _dlpack_address
-        except Exception:
-            pass
-    return found
 
 
 def _is_own_frame(frame):
@@ -219,6 +166,7 @@ class _Search:
         self.owned = []  # Note [Own objects]
         self.own = {id(self), id(self.owned)}
         self.nodes = self._own({})  # id -> every object the search reached
+        self.pending = self._own({})  # id -> an object reached and not yet followed up (Note [Paths found late])
         self.targets = {}  # id of an exposing object -> its block
         self.grad_tensors = []  # ids of exposing tensors that have an autograd graph
         self.parents, self.children = {}, {}  # id -> ids found referring to it / referred to by it
@@ -263,12 +211,12 @@ class _Search:
         self.objects = len(objs)
         tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
         tracked_types = set(map(type, objs))
-        exposers = _exposers(tracked_types, tensor_type)
+        exposers = exposing.exposers(tracked_types, tensor_type)
         candidates = [o for o in objs if type(o) in exposers] if exposers else []
         # gc does not track some types (numpy arrays): their instances are seen as referents only
         referents = gc.get_referents(*objs)
         del objs  # it refers to every object: each heap scan would find it
-        untracked = _exposers(set(map(type, referents)) - tracked_types, tensor_type)
+        untracked = exposing.exposers(set(map(type, referents)) - tracked_types, tensor_type)
         if untracked:
             candidates += [o for o in referents if type(o) in untracked]
             exposers.update(untracked)
@@ -277,13 +225,13 @@ class _Search:
             if not i % 256 and self.out_of_time("looking for objects that expose the blocks"):
                 return
             expose = exposers[type(obj)]
-            block = self.block_at(_address(expose, obj))
+            block = self.block_at(exposing.address(expose, obj))
             if block is None or id(obj) in self.targets:
                 continue
             self.nodes[id(obj)] = obj
             self.targets[id(obj)] = block
             self.exposing += 1
-            if expose is _tensor_address and _address(_grad_fn, obj) is not None:
+            if expose is exposing.tensor_address and exposing.address(exposing.grad_fn, obj) is not None:
                 self.grad_tensors.append(id(obj))
 
     def add_root(self, obj, scope):
@@ -336,14 +284,14 @@ class _Search:
                     stack.extend(self.children.get(node, ()))
 
     def climb(self):
-        """Step 2: breadth first upwards, one heap scan per level, while an exposing object has no root."""
+        """Step 2: breadth first upwards, one heap scan per level, while an exposing object has no root.
+        Each level follows the objects found and not yet followed that lie on a path up from an exposing
+        object still without a root (Note [Paths found late])."""
         self.add_roots()
-        level = self._own([self.nodes[t] for t in self.targets])
+        for target in self.targets:
+            self.found(self.nodes[target])
         while True:
-            for obj in level:
-                for frame in self.locals_of.get(id(obj), ()):
-                    self.link(id(obj), frame)
-            frontier = self.still_needed(level)
+            frontier = self.still_needed()
             if not frontier:
                 self.climbed = True
                 return
@@ -354,20 +302,28 @@ class _Search:
             if self.out_of_time("tracing %d exposing objects to their roots" % self.unresolved()):
                 return
             self.levels += 1
-            level = self.expand(frontier)
+            for obj in frontier:
+                del self.pending[id(obj)]
+            self.expand(frontier)
+
+    def found(self, obj):
+        """A new object on the way up: to be followed, and linked to the frames it is a local of."""
+        self.pending[id(obj)] = obj
+        for frame in self.locals_of.get(id(obj), ()):
+            self.link(id(obj), frame)
 
     def unresolved(self):
         return sum(1 for t in self.targets if t not in self.resolved)
 
-    def still_needed(self, level):
-        """The objects of `level` on a path up from an exposing object that has no root yet."""
+    def still_needed(self):
+        """The objects not yet followed on a path up from an exposing object that has no root yet."""
         ancestors, stack = set(), [t for t in self.targets if t not in self.resolved]
         while stack:
             node = stack.pop()
             if node not in ancestors and node not in self.resolved:
                 ancestors.add(node)
                 stack.extend(self.parents.get(node, ()))
-        return self._own(tuple(obj for obj in level if id(obj) in ancestors))
+        return self._own(tuple(obj for node, obj in self.pending.items() if node in ancestors))
 
     def referrers(self, frontier, wanted):
         if len(frontier) <= WIDE_LEVEL:
@@ -376,11 +332,9 @@ class _Search:
         return [o for o in gc.get_objects() if not wanted.isdisjoint(map(id, get_referents(o)))]
 
     def expand(self, frontier):
-        """The next level up: objects referring to `frontier` not seen before, with their links recorded."""
+        """The next level up: the objects referring to `frontier`, their links recorded, the new ones found."""
         wanted = {id(o) for o in frontier}
-        found = self._own(self.referrers(frontier, wanted))
-        new = self._own([])
-        for referrer in found:
+        for referrer in self._own(self.referrers(frontier, wanted)):
             rid = id(referrer)
             if rid in self.own or (isinstance(referrer, types.FrameType) and _is_own_frame(referrer)):
                 continue
@@ -389,13 +343,12 @@ class _Search:
                     self.add_root(referrer, _frame_scope(referrer))
                 else:
                     self.nodes[rid] = referrer
-                    new.append(referrer)
+                    self.found(referrer)
             try:
                 for child in {id(c) for c in gc.get_referents(referrer)} & wanted:
                     self.link(child, rid)
             except Exception:
                 pass
-        return new
 
     def shortest_paths(self):
         """Step 3 starts here: breadth first down from every root over the links found, so that each
@@ -549,6 +502,8 @@ class _Search:
         if tensor_id not in self.toward:
             return NO_ROOT, "a tensor", float("inf")
         place = self.place(tensor_id)
+        if place.edge in _POSITIONAL:  # losses[0], losses[1], ...: one holder, the container
+            return "the autograd graphs of the tensors in %s" % self.holder(place), place.expr, place.depth
         where = "%s in %s" % (place.scope[0], _in(place.scope, True)) if place.edge == "name" else place.origin
         return "the autograd graph of `%s` (%s)" % (place.expr, where), place.expr, place.depth
 
@@ -558,7 +513,7 @@ class _Search:
         seen, kept = set(), self._own([])  # kept: a node's id stays its own while we walk
         tensors = [self.graph_holder(t) + (t,) for t in self.grad_tensors if t in self.toward or self.climbed]
         for holder, expr, depth, tensor_id in sorted(tensors, key=lambda t: t[2]):
-            stack = [(_address(_grad_fn, self.nodes[tensor_id]), expr + ".grad_fn", 0)]
+            stack = [(exposing.address(exposing.grad_fn, self.nodes[tensor_id]), expr + ".grad_fn", 0)]
             while stack:
                 if not len(seen) % 64 and self.out_of_time("walking autograd graphs"):
                     return
@@ -586,7 +541,9 @@ class _Search:
             except Exception:  # a saved tensor freed by backward() raises RuntimeError
                 continue
             for saved in value if isinstance(value, (tuple, list)) else (value,):
-                block = self.block_at(_address(_tensor_address, saved)) if isinstance(saved, tensor_type) else None
+                if not isinstance(saved, tensor_type):
+                    continue
+                block = self.block_at(exposing.address(exposing.tensor_address, saved))
                 if block is not None:
                     self.exposing += 1
                     self.claim(depth, block, holder, "%s.%s" % (path, name))

@@ -1,0 +1,67 @@
+"""How Python objects show device memory, for the holder search (Note [Who holds it] in _holders.py):
+a torch tensor by its storage, CuPy and Numba arrays by __cuda_array_interface__, anything else by a
+DLPack capsule read with ctypes. Each function takes an object and returns the address its data starts
+at; `address` turns a failure into None. Standard library only."""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+
+
+class _DLTensor(ctypes.Structure):
+    """The head of dlpack.h's DLManagedTensor: enough to read where the data starts."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+# A function object of our own: setting restype on ctypes.pythonapi's would change it for everyone.
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def tensor_address(tensor):
+    return tensor.untyped_storage().data_ptr()
+
+
+def interface_address(obj):
+    return int(obj.__cuda_array_interface__["data"][0])
+
+
+def dlpack_address(obj):
+    try:
+        capsule = obj.__dlpack__()
+    except TypeError:
+        capsule = obj.__dlpack__(stream=None)
+    # The capsule keeps its name, so its destructor still calls the producer's deleter.
+    head = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    return (head.data or 0) + head.byte_offset
+
+
+grad_fn = operator.attrgetter("grad_fn")
+
+
+def address(expose, obj):
+    try:
+        return expose(obj)
+    except Exception:  # a broken object (or a meta, sparse or fake tensor) is skipped
+        return None
+
+
+def exposers(types_seen, tensor_type):
+    """type -> how its objects show device memory, for the types in `types_seen` that do."""
+    found = {}
+    for tp in types_seen:
+        try:
+            if tensor_type is not None and issubclass(tp, tensor_type):
+                found[tp] = tensor_address
+            elif hasattr(tp, "__cuda_array_interface__"):
+                found[tp] = interface_address
+            elif hasattr(tp, "__dlpack__"):
+                found[tp] = dlpack_address
+        except Exception:
+            pass
+    return found
