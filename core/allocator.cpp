@@ -241,6 +241,14 @@ status allocator::memory_info(int device, size_t* free_bytes, size_t* total_byte
   return backend_->memory_info(device, free_bytes, total_bytes);
 }
 
+bool allocator::processes(int device, std::vector<backend::process_usage>* out, std::string* why) {
+  if (device < 0 || device >= backend_->device_count()) {
+    *why = "no device " + std::to_string(device);
+    return false;
+  }
+  return backend_->processes(device, out, why);
+}
+
 status allocator::validate() {
   for (auto& dev : devices_)
     if (status s = dev->validate(); s != status::ok) return s;

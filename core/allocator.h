@@ -54,6 +54,8 @@ class allocator final : public fork_participant {
   status reset_accumulated(int device);
   status set_limit(int device, size_t bytes);
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+  // backend::processes (report time): false, with the reason in *why, for a bad device too.
+  bool processes(int device, std::vector<backend::process_usage>* out, std::string* why);
   status validate();
 
   // ---- Private pools (Note [Private pools] in private_pool.h); `pool` is nonzero ----

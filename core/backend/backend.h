@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/config.h"
 #include "base/status.h"
@@ -26,6 +28,13 @@ namespace tracepool::backend {
 using stream_handle = void*;  // cudaStream_t / CUstream; nullptr is the legacy default stream
 using event_handle = void*;   // backend-owned; taken by record_event, given back by return_event
 
+// One process's memory on a device, as the driver's management library sees it (Note [Where the
+// memory went] in core/report/report.cpp).
+struct process_usage {
+  int64_t pid = 0;
+  int64_t used_bytes = -1;  // -1: the library lists the process but may not say how much it uses
+};
+
 class backend {
  public:
   virtual ~backend() = default;
@@ -33,6 +42,10 @@ class backend {
   virtual const char* name() const noexcept = 0;  // "cuda" | "host"
   virtual int device_count() const noexcept = 0;
   virtual status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
+  // The processes that use `device`, this one included where it is listed, into *out; false with the
+  // reason in *why when they cannot be listed. Report time only. Unlike the rest, it leaves the
+  // thread's message alone: a report must not replace the error a caller is about to read.
+  virtual bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept;
 
   // pre: size > 0, multiple of 512. post ok: *out aligned to >= 512 bytes, size bytes usable.
   virtual status allocate(int device, size_t size, void** out) noexcept = 0;

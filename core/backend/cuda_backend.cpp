@@ -34,11 +34,13 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "backend.h"
+#include "nvml.h"
 
 namespace tracepool::backend {
 namespace {
@@ -55,6 +57,7 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(init, cuInit, PFN_cuInit_v2000)                                                       \
   X(device_get_count, cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                       \
   X(device_get, cuDeviceGet, PFN_cuDeviceGet_v2000)                                       \
+  X(device_get_pci_bus_id, cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)            \
   X(primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)     \
   X(ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                          \
   X(ctx_set_current, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                          \
@@ -227,6 +230,18 @@ class cuda_backend final : public backend {
       CUresult r = api_.mem_get_info(free_bytes, total_bytes);
       return check(r, "cuMemGetInfo on device %d", device);
     });
+  }
+
+  // NVML names devices by PCI bus id, which CUDA_VISIBLE_DEVICES cannot renumber.
+  bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept override {
+    char bus_id[32] = {};
+    if (valid_device(device) &&
+        api_.device_get_pci_bus_id(bus_id, sizeof bus_id, devices_[device].handle) == CUDA_SUCCESS)
+      return nvml_processes(bus_id, out, why);
+    try {
+      *why = "cuDeviceGetPCIBusId failed on device " + std::to_string(device);
+    } catch (...) {}  // out of host memory: no reason given
+    return false;
   }
 
   // In relaxed capture mode: Note [Capture-safe calls].

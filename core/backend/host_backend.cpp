@@ -8,6 +8,7 @@
 // every allocate() above n bytes, with out_of_memory; or the k-th fallible call of any kind
 // (host_ledger) with backend_error, for the fault sweep.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <new>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backend.h"
@@ -51,6 +53,22 @@ class host_backend final : public backend {
     *total_bytes = options_.capacity;
     *free_bytes = options_.capacity - options_.outside - used_[static_cast<size_t>(device)];
     return status::ok;
+  }
+
+  // This process alone, using what it allocated; host_outside is used by no process listed, as memory
+  // the driver keeps for itself would be.
+  bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept override {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (device < 0 || device >= options_.devices) {
+        *why = "no device " + std::to_string(device);
+        return false;
+      }
+      out->push_back({static_cast<int64_t>(getpid()), static_cast<int64_t>(used_[static_cast<size_t>(device)])});
+      return true;
+    } catch (...) {  // out of host memory: no list
+      return false;
+    }
   }
 
   status allocate(int device, size_t size, void** out) noexcept override {
@@ -285,6 +303,11 @@ bool read_host_ledger(backend& be, host_ledger* out) {
 }  // namespace tracepool::backend
 
 namespace tracepool::backend {
+
+bool backend::processes(int, std::vector<process_usage>*, std::string* why) noexcept {
+  *why = std::string("the ") + name() + " backend cannot list processes";
+  return false;
+}
 
 status backend::begin_capture(int, stream_handle) noexcept {
   return fail(status::unavailable, "the %s backend does not emulate stream capture", name());

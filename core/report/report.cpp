@@ -211,9 +211,33 @@ class pool_groups {
 // made, and splits that used figure into tracepool's reserved bytes and the rest, so that "why does
 // nvidia-smi show 5 GB more than PyTorch says" has a line. nvidia-smi's own "used" may differ from the
 // driver's by memory the driver keeps for itself, which newer drivers list apart as "reserved".
+// Then by process: NVML (core/backend/nvml.h) lists each process's bytes, as nvidia-smi's process table
+// does, so the rest splits into this process's context and libraries (its figure less tracepool's
+// reserved bytes), other processes (by pid), and what no process is charged with (the driver's own;
+// 9 MiB on the H200 of 2026-11-25, where this process's figure was its 1 GiB tensor and 518 MiB more).
+// A process in another PID namespace (a container's) is listed under a pid it does not know as its
+// own: the report then says that this process is not in the list, and names the pids it holds.
 int64_t outside_bytes(const device_summary& d) {
   const int64_t reserved = d.stats.table.at(stat_kind::reserved_bytes, all_pools).current;
   return d.used_bytes > reserved ? d.used_bytes - reserved : 0;
+}
+
+process_split split_by_process(const device_summary& d, int64_t pid) {
+  process_split split;
+  int64_t listed = 0;
+  for (const backend::process_usage& p : d.processes) {
+    const int64_t used = std::max<int64_t>(p.used_bytes, 0);
+    listed += used;
+    if (p.pid == pid && !split.self_listed) {
+      split.self_listed = true;
+      split.self_bytes = used;
+    } else {
+      ++split.others;
+      split.others_bytes += used;
+    }
+  }
+  split.unlisted_bytes = std::max<int64_t>(d.used_bytes - listed, 0);
+  return split;
 }
 
 status build_report(allocator& a, const char* reason, report* out, bool addresses) {
@@ -288,6 +312,10 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
       ds.total_bytes = static_cast<int64_t>(total_bytes);
       ds.used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
     }
+    ds.processes_listed = a.processes(ds.device, &ds.processes, &ds.processes_note);
+    if (!ds.processes_listed) ds.processes.clear();
+    std::stable_sort(ds.processes.begin(), ds.processes.end(),
+                     [](const auto& x, const auto& y) { return x.used_bytes > y.used_bytes; });
     r.devices.push_back(std::move(ds));
   }
 

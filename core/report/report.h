@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "stats.h"
+#include "backend/backend.h"
 #include "base/status.h"
 #include "report/growth.h"
 #include "report/process_info.h"
@@ -120,10 +121,25 @@ struct device_summary {
   // every process's memory and the driver's own); 0 when it could not say. Note [Where the memory went]
   int64_t total_bytes = 0;
   int64_t used_bytes = 0;
+  // The processes using the device (NVML's list on CUDA), bytes descending; when none could be listed,
+  // `processes_listed` is false and `processes_note` says why.
+  std::vector<backend::process_usage> processes;
+  bool processes_listed = false;
+  std::string processes_note;
 };
 
 // Bytes the driver counts used on the device that tracepool has not reserved (>= 0).
 int64_t outside_bytes(const device_summary& d);
+
+// A device's used bytes by process (Note [Where the memory went]), for a list that was made.
+struct process_split {
+  bool self_listed = false;    // this process is listed (not when NVML sees another PID namespace)
+  int64_t self_bytes = 0;      // what NVML counts for it: tracepool's reserved bytes, its context, libraries
+  int64_t others_bytes = 0;    // every other process listed with a figure
+  int others = 0;              // other processes listed
+  int64_t unlisted_bytes = 0;  // used_bytes less every figure listed (>= 0): the driver's own
+};
+process_split split_by_process(const device_summary& d, int64_t pid);
 
 struct mark_summary {
   std::string label;

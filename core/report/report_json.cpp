@@ -106,6 +106,17 @@ std::string to_json(const report& r) {
     j.key("total_bytes"), j.value(d.total_bytes);
     j.key("used_bytes"), j.value(d.used_bytes);
     j.key("outside_bytes"), j.value(outside_bytes(d));
+    if (d.processes_listed) {
+      objects(j, "processes", d.processes, [&](const backend::process_usage& p) {
+        j.key("pid"), j.value(p.pid);
+        j.key("used_bytes");
+        if (p.used_bytes < 0) j.null();
+        else j.value(p.used_bytes);
+      });
+    } else {
+      j.key("processes"), j.null();
+    }
+    j.key("processes_note"), j.value(d.processes_note);
   });
 
   objects(j, "leaks", r.leaks, [&](const site_summary& s) {

@@ -294,6 +294,22 @@ bool read_capture(report_reader& in, const json& doc, report* r) {
   return true;
 }
 
+// "processes": a list, or null (or absent, before it was written) when none could be listed.
+bool read_processes(report_reader& in, const json& device, const std::string& where, device_summary* d) {
+  if (!in.string(device, where, "processes_note", &d->processes_note)) return false;
+  const auto it = device.find("processes");
+  if (it == device.end() || it->is_null()) return true;
+  d->processes_listed = true;
+  return in.list(device, where, "processes", [&](const json& item, const std::string& at, size_t) {
+    backend::process_usage p;
+    if (!in.object(item, at, {"pid", "used_bytes"}) || !in.count(item, at, "pid", &p.pid) ||
+        !in.count(item, at, "used_bytes", &p.used_bytes, true))
+      return false;
+    d->processes.push_back(p);
+    return true;
+  });
+}
+
 bool read_devices(report_reader& in, const json& doc, report* r) {
   std::map<std::string, device_stats> stats;
   if (const auto it = doc.find("stats"); it != doc.end()) {
@@ -319,6 +335,7 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
     if (d.used_bytes > d.total_bytes)
       return in.fail(where + ".used_bytes (" + std::to_string(d.used_bytes) + ") is more than its total_bytes (" +
                      std::to_string(d.total_bytes) + ")");
+    if (!read_processes(in, item, where, &d)) return false;
     if (const auto st = stats.find(std::to_string(d.device)); st != stats.end()) d.stats = st->second;
     r->devices.push_back(std::move(d));
     return true;

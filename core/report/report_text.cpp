@@ -227,6 +227,38 @@ std::string human_bytes(int64_t bytes) {
   return printf_string("%" PRId64 " B", bytes);
 }
 
+// The driver's used bytes by process (Note [Where the memory went] in report.cpp), one line.
+std::string by_process(const report& r, const device_summary& d) {
+  const char* source = r.backend == "host" ? "the host backend's" : "NVML's";
+  if (!d.processes_listed)
+    return d.processes_note.empty() ? "" : "  by process: not listed (" + d.processes_note + ")\n";
+  const process_split split = split_by_process(d, r.process.pid);
+  const int64_t reserved = d.stats.table.at(stat_kind::reserved_bytes, all_pools).current;
+  std::string line = printf_string("  by process (%s list): ", source);
+  if (split.self_listed) {
+    line += printf_string("this process (pid %" PRId64 ") %s", r.process.pid, human_bytes(split.self_bytes).c_str());
+    if (split.self_bytes >= reserved)
+      line += ", " + human_bytes(split.self_bytes - reserved) + " of it outside tracepool (its CUDA context, libraries)";
+  } else {
+    line += printf_string("this process (pid %" PRId64 ") is not listed (in another PID namespace?)", r.process.pid);
+  }
+  line += printf_string("; %d other process%s %s", split.others, split.others == 1 ? "" : "es",
+                        human_bytes(split.others_bytes).c_str());
+  std::string pids;
+  int shown = 0;
+  for (const backend::process_usage& p : d.processes) {
+    if (split.self_listed && p.pid == r.process.pid) continue;
+    if (shown++ == 4) {
+      pids += ", ...";
+      break;
+    }
+    pids += printf_string("%spid %" PRId64 ": %s", pids.empty() ? "" : ", ", p.pid,
+                          p.used_bytes < 0 ? "not visible" : human_bytes(p.used_bytes).c_str());
+  }
+  if (!pids.empty()) line += " (" + pids + ")";
+  return line + "; " + human_bytes(split.unlisted_bytes) + " in no process (the driver's own)\n";
+}
+
 // What keeps a site's blocks alive, where the host named it (holder_summary).
 void holders(std::string& out, const report& r, const site_summary& s) {
   for (const holder_summary& h : s.held_by) {
@@ -304,6 +336,7 @@ std::string to_text(const report& r, size_t top) {
           "processes)\n",
           human_bytes(d.used_bytes).c_str(), human_bytes(d.total_bytes).c_str(),
           human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(outside_bytes(d)).c_str());
+    if (d.total_bytes > 0) out += by_process(r, d);
   }
 
   const char* held = r.reason == "exit" ? "Leaked: memory still allocated at exit" : "Live: memory allocated now";

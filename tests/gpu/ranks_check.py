@@ -13,10 +13,12 @@ line with 4 and 8 MiB and names rank 1 as holding the most, and prints one STATU
     python -m tracepool run ranks_check.py accounting OUT.json
     python ranks_check.py compare-accounting OUT.json
 
-holds 1 GiB in tensors and runs a cuBLAS matmul, then takes a report between two calls of
-torch.cuda.mem_get_info and reads nvidia-smi; `compare-accounting` checks that the report's device
+holds 1 GiB in tensors and runs a cuBLAS matmul, starts another process that holds 512 MiB with
+PyTorch's own allocator, then takes a report between two calls of torch.cuda.mem_get_info and reads
+nvidia-smi (its total and its process table); `compare-accounting` checks that the report's device
 section (Note [Where the memory went]) splits the driver's used bytes into tracepool's reserved bytes
-and the rest, and that its used bytes are within 1% of what mem_get_info says.
+and the rest, that its used bytes are within 1% of what mem_get_info says, and (a second row) that its
+list of processes gives this process and the other one what nvidia-smi's process table does, within 1%.
 """
 import json
 import os
@@ -25,6 +27,9 @@ import sys
 MiB = 1 << 20
 STEP = "ranks: torchrun, two ranks, one report each and a merged view"
 ACCOUNTING = "nvidia-smi accounting: driver used = tracepool reserved + outside"
+BY_PROCESS = "nvidia-smi accounting by process (NVML): this process, another, the driver's own"
+OTHER_PROCESS = ("import sys, torch; x = torch.empty(512 << 20, dtype=torch.uint8, device='cuda'); "
+                 "torch.cuda.synchronize(); print('ready', flush=True); sys.stdin.read()")
 
 
 def work():
@@ -81,9 +86,18 @@ def accounting(out):
     a = torch.randn(2048, 2048, device=device)
     b = a @ a  # cuBLAS: its handle and workspace
     torch.cuda.synchronize(device)
+    # Another process on the device, with PyTorch's own allocator: 512 MiB and its context.
+    other = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=""), text=True)
+    ready = other.stdout.readline().strip() == "ready"
     before = torch.cuda.mem_get_info(device)
     report = json.loads(tracepool.report("json"))
     after = torch.cuda.mem_get_info(device)
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True).stdout
+    smi_apps = {int(pid): int(used) << 20 for pid, used in
+                (line.split(",") for line in apps.splitlines() if line.count(",") == 1 and line.split(",")[1].strip().isdigit())}
+    other.communicate("")
     bus = getattr(torch.cuda.get_device_properties(device), "pci_bus_id", None)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id,memory.used,memory.total", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True).stdout
@@ -93,7 +107,8 @@ def accounting(out):
         if (bus is None and len(lines) == 1) or (bus is not None and int(bus_id.split(":")[1], 16) == bus):
             smi_used = int(used) << 20
     json.dump({"device": report["devices"][0], "stats": report["stats"]["0"], "mem_get_info": [before, after],
-               "nvidia_smi_used": smi_used}, open(out, "w"))
+               "nvidia_smi_used": smi_used, "pid": os.getpid(), "other_pid": other.pid if ready else None,
+               "nvidia_smi_apps": smi_apps}, open(out, "w"))
     del held, b
 
 
@@ -114,6 +129,28 @@ def compare_accounting(path):
     return "%s|%s|%s (target: within 1%% of mem_get_info)" % ("PASS" if ok else "FAIL", ACCOUNTING, detail)
 
 
+def compare_processes(path):
+    """The device's used bytes by process (NVML's list) against nvidia-smi's process table."""
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError) as e:
+        return "FAIL|%s|%s" % (BY_PROCESS, e)
+    dev, reserved, smi = d["device"], d["stats"]["reserved_bytes.all.current"], d["nvidia_smi_apps"]
+    listed = {p["pid"]: p["used_bytes"] for p in dev.get("processes") or []}
+    if not listed:
+        return "FAIL|%s|no processes listed: %s" % (BY_PROCESS, dev.get("processes_note") or "no note")
+    mine, other = listed.get(d["pid"]), listed.get(d["other_pid"])
+    unlisted = dev["used_bytes"] - sum(v or 0 for v in listed.values())
+    near = lambda a, b: a is not None and b is not None and abs(a - b) <= max(0.01 * b, 2 * MiB)  # noqa: E731
+    mib = lambda n: "%.0f MiB" % (n / MiB) if n is not None else "none"  # noqa: E731
+    detail = ("this process %s (nvidia-smi %s; tracepool reserved %s), the other process %s (nvidia-smi %s), "
+              "in no process %s; %d listed" % (mib(mine), mib(smi.get(str(d["pid"]))), mib(reserved), mib(other),
+                                               mib(smi.get(str(d["other_pid"]))), mib(unlisted), len(listed)))
+    ok = (near(mine, smi.get(str(d["pid"]))) and near(other, smi.get(str(d["other_pid"]))) and mine >= reserved
+          and other >= 512 * MiB and unlisted >= 0)
+    return "%s|%s|%s (target: each within 1%% of nvidia-smi's process table)" % ("PASS" if ok else "FAIL", BY_PROCESS, detail)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["compare"]:
         print(compare(sys.argv[2]))
@@ -121,5 +158,6 @@ if __name__ == "__main__":
         accounting(sys.argv[2])
     elif sys.argv[1:2] == ["compare-accounting"]:
         print(compare_accounting(sys.argv[2]))
+        print(compare_processes(sys.argv[2]))
     else:
         held = work()

@@ -331,4 +331,65 @@ TEST(Report, DriverUsedMemoryIsSplitIntoTracepoolsAndTheRest) {
   tracepool_destroy(tp);
 }
 
+// The same used bytes by process: the host backend lists this process with what it allocated, and
+// host_outside is in no process, as the driver's own memory is under NVML. A saved report that lists
+// another process names it; one whose own pid is not listed says so (a container's PID namespace).
+std::string rendered(const json& saved) {
+  char* text = nullptr;
+  if (tracepool_render_report(saved.dump().c_str(), saved.dump().size(), nullptr, &text) != TRACEPOOL_OK)
+    return std::string("refused: ") + tracepool_last_error();
+  std::string out = text;
+  tracepool_string_free(text);
+  return out;
+}
+
+TEST(Report, DriverUsedMemoryIsSplitByProcess) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,host_capacity:4GiB,host_outside:300MiB", &tp), TRACEPOOL_OK);
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 5 << 20, 0, nullptr, &p), TRACEPOOL_OK);
+  const json r = report_of(tp);
+  const json& d = r["devices"][0];
+  const int64_t reserved = r["stats"]["0"]["reserved_bytes.all.current"];
+  ASSERT_EQ(d["processes"].size(), 1u) << d;
+  EXPECT_EQ(d["processes"][0]["pid"], static_cast<int64_t>(getpid()));
+  EXPECT_EQ(d["processes"][0]["used_bytes"], reserved);
+  EXPECT_EQ(d["processes_note"], "");
+  std::string text = rendered(r);
+  EXPECT_NE(text.find("by process (the host backend's list): this process (pid " + std::to_string(getpid()) +
+                      ") 20.00 MiB, 0 B of it outside tracepool (its CUDA context, libraries); 0 other processes 0 B; "
+                      "300.00 MiB in no process (the driver's own)"),
+            std::string::npos)
+      << text;
+
+  json saved = r;  // another process with 1 GiB, whose memory the driver counts used too
+  saved["devices"][0]["processes"].push_back({{"pid", 4242}, {"used_bytes", int64_t{1} << 30}});
+  saved["devices"][0]["processes"].push_back({{"pid", 4343}, {"used_bytes", nullptr}});
+  saved["devices"][0]["used_bytes"] = d["used_bytes"].get<int64_t>() + (int64_t{1} << 30);
+  text = rendered(saved);
+  EXPECT_NE(text.find("; 2 other processes 1.00 GiB (pid 4242: 1.00 GiB, pid 4343: not visible); 300.00 MiB in no "
+                      "process"),
+            std::string::npos)
+      << text;
+  saved["process"]["pid"] = 7;  // NVML's pids are not this process's
+  text = rendered(saved);
+  EXPECT_NE(text.find("this process (pid 7) is not listed (in another PID namespace?); 3 other processes 1.02 GiB"),
+            std::string::npos)
+      << text;
+
+  saved["devices"][0]["processes"] = nullptr;  // NVML could not be asked
+  saved["devices"][0]["processes_note"] = "cannot load libnvidia-ml.so.1";
+  EXPECT_NE(rendered(saved).find("by process: not listed (cannot load libnvidia-ml.so.1)"), std::string::npos);
+  saved["devices"][0].erase("processes");  // a report from before processes were listed: no line
+  saved["devices"][0].erase("processes_note");
+  EXPECT_EQ(rendered(saved).find("by process"), std::string::npos);
+  saved["devices"][0]["processes"] = json::array({{{"pid", -1}, {"used_bytes", 0}}});
+  EXPECT_NE(rendered(saved).find("refused: ") , std::string::npos);
+  EXPECT_NE(rendered(saved).find("devices[0].processes[0].pid"), std::string::npos) << rendered(saved);
+  saved["devices"][0]["processes"] = json::array({{{"pid", 1}}});
+  EXPECT_NE(rendered(saved).find("has no \"used_bytes\" field"), std::string::npos) << rendered(saved);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
 }  // namespace

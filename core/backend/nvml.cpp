@@ -1,0 +1,106 @@
+// nvml.cpp: see nvml.h. The few NVML declarations used are written out here from NVML's API
+// reference (the toolkit does not always ship nvml.h); their ABI has been stable since the _v2/_v3
+// entry points appeared (driver 450 and 510). NVML is initialised once and never shut down, as the
+// driver is never unloaded: others in the process (nvidia-ml-py, PyTorch) may use it too, and
+// nvmlInit/nvmlShutdown count their calls.
+#include "nvml.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <mutex>
+
+namespace tracepool::backend {
+namespace {
+
+using nvml_return = int;  // nvmlReturn_t: 0 is NVML_SUCCESS
+using nvml_device = void*;
+constexpr nvml_return kSuccess = 0;
+constexpr nvml_return kInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+constexpr unsigned long long kNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
+
+struct nvml_process_info {  // nvmlProcessInfo_t of the _v2 and _v3 entry points
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+
+struct nvml_api {
+  nvml_return (*init)() = nullptr;                                         // nvmlInit_v2
+  const char* (*error_string)(nvml_return) = nullptr;                      // nvmlErrorString
+  nvml_return (*device_by_bus_id)(const char*, nvml_device*) = nullptr;    // nvmlDeviceGetHandleByPciBusId_v2
+  nvml_return (*compute_processes)(nvml_device, unsigned int*, nvml_process_info*) = nullptr;
+  std::string problem;  // why NVML cannot be used; empty when it can
+};
+
+template <class F>
+bool resolve(void* library, const char* symbol, F* fn) {
+  *fn = reinterpret_cast<F>(dlsym(library, symbol));
+  return *fn != nullptr;
+}
+
+nvml_api load() {
+  nvml_api api;
+  void* library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);  // never dlclose'd
+  if (library == nullptr) {
+    api.problem = std::string("cannot load libnvidia-ml.so.1 (") + dlerror() + ")";
+    return api;
+  }
+  if (!resolve(library, "nvmlInit_v2", &api.init) || !resolve(library, "nvmlErrorString", &api.error_string) ||
+      !resolve(library, "nvmlDeviceGetHandleByPciBusId_v2", &api.device_by_bus_id) ||
+      !(resolve(library, "nvmlDeviceGetComputeRunningProcesses_v3", &api.compute_processes) ||
+        resolve(library, "nvmlDeviceGetComputeRunningProcesses_v2", &api.compute_processes))) {
+    api.problem = "libnvidia-ml.so.1 lacks an entry point tracepool needs: the driver is too old";
+    return api;
+  }
+  if (nvml_return r = api.init(); r != kSuccess) api.problem = std::string("nvmlInit: ") + api.error_string(r);
+  return api;
+}
+
+const nvml_api& api() {
+  static const nvml_api loaded = load();  // once, thread-safe
+  return loaded;
+}
+
+}  // namespace
+
+bool nvml_processes(const char* pci_bus_id, std::vector<process_usage>* out, std::string* why) noexcept {
+  try {
+    const nvml_api& nvml = api();
+    if (!nvml.problem.empty()) {
+      *why = nvml.problem;
+      return false;
+    }
+    nvml_device device = nullptr;
+    if (nvml_return r = nvml.device_by_bus_id(pci_bus_id, &device); r != kSuccess) {
+      *why = std::string("NVML has no device at PCI bus id ") + pci_bus_id + ": " + nvml.error_string(r);
+      return false;
+    }
+    // The list may grow between the call that sizes it and the one that fills it: a few tries.
+    std::vector<nvml_process_info> listed(8);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      unsigned int count = static_cast<unsigned int>(listed.size());
+      nvml_return r = nvml.compute_processes(device, &count, listed.data());
+      if (r == kInsufficientSize) {
+        listed.resize(count + 8);
+        continue;
+      }
+      if (r != kSuccess) {
+        *why = std::string("nvmlDeviceGetComputeRunningProcesses: ") + nvml.error_string(r);
+        return false;
+      }
+      for (unsigned int i = 0; i < count; ++i) {
+        const unsigned long long used = listed[i].used_gpu_memory;
+        out->push_back({static_cast<int64_t>(listed[i].pid), used == kNotAvailable ? -1 : static_cast<int64_t>(used)});
+      }
+      return true;
+    }
+    *why = "the process list kept growing while NVML was read";
+    return false;
+  } catch (...) {  // out of host memory: no list
+    return false;
+  }
+}
+
+}  // namespace tracepool::backend

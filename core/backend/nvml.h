@@ -1,0 +1,18 @@
+// nvml.h: the processes using a device, as the NVIDIA management library (NVML, libnvidia-ml.so.1,
+// what nvidia-smi and nvidia-ml-py read) lists them. Report time only; loaded with dlopen on first
+// use, as the driver is (ARCHITECTURE.md, decision 1), so nothing is needed to build or load tracepool.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend.h"
+
+namespace tracepool::backend {
+
+// The compute processes NVML lists on the device whose PCI bus id is `pci_bus_id` ("0000:00:06.0",
+// as cuDeviceGetPCIBusId writes it), into *out. False, with the reason in *why, when NVML cannot
+// be loaded or cannot say. Never calls tracepool::fail: a report must not change the last error.
+bool nvml_processes(const char* pci_bus_id, std::vector<process_usage>* out, std::string* why) noexcept;
+
+}  // namespace tracepool::backend
