@@ -97,7 +97,6 @@ def accounting(out):
                           capture_output=True, text=True).stdout
     smi_apps = {int(pid): int(used) << 20 for pid, used in
                 (line.split(",") for line in apps.splitlines() if line.count(",") == 1 and line.split(",")[1].strip().isdigit())}
-    other.communicate("")
     bus = getattr(torch.cuda.get_device_properties(device), "pci_bus_id", None)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id,memory.used,memory.total", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True).stdout
@@ -109,6 +108,7 @@ def accounting(out):
     json.dump({"device": report["devices"][0], "stats": report["stats"]["0"], "mem_get_info": [before, after],
                "nvidia_smi_used": smi_used, "pid": os.getpid(), "other_pid": other.pid if ready else None,
                "nvidia_smi_apps": smi_apps}, open(out, "w"))
+    other.communicate("")  # after nvidia-smi's figures, which then still count it
     del held, b
 
 
