@@ -29,7 +29,7 @@ using stream_handle = void*;  // cudaStream_t / CUstream; nullptr is the legacy 
 using event_handle = void*;   // backend-owned; taken by record_event, given back by return_event
 
 // One process's memory on a device, as the driver's management library sees it (Note [Where the
-// memory went] in core/report/report.cpp).
+// memory went] in core/report/device_memory.cpp).
 struct process_usage {
   int64_t pid = 0;
   int64_t used_bytes = -1;  // -1: the library lists the process but may not say how much it uses

@@ -227,7 +227,7 @@ std::string human_bytes(int64_t bytes) {
   return printf_string("%" PRId64 " B", bytes);
 }
 
-// The driver's used bytes by process (Note [Where the memory went] in report.cpp), one line.
+// The driver's used bytes by process (Note [Where the memory went] in device_memory.cpp), one line.
 std::string by_process(const report& r, const device_summary& d) {
   const char* source = r.backend == "host" ? "the host backend's" : "NVML's";
   if (!d.processes_listed)
