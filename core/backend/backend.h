@@ -42,9 +42,10 @@ class backend {
   virtual const char* name() const noexcept = 0;  // "cuda" | "host"
   virtual int device_count() const noexcept = 0;
   virtual status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
-  // The processes that use `device`, this one included where it is listed, into *out; false with the
-  // reason in *why when they cannot be listed. Report time only. Unlike the rest, it leaves the
-  // thread's message alone: a report must not replace the error a caller is about to read.
+  // The processes that use `device`, this one included where it is listed, appended to *out; false
+  // with the reason in *why when they cannot be listed (*out may then hold some: the caller drops
+  // them). Report time only. Unlike the rest, it leaves the thread's message alone: a report must not
+  // replace the error a caller is about to read.
   virtual bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept;
 
   // pre: size > 0, multiple of 512. post ok: *out aligned to >= 512 bytes, size bytes usable.

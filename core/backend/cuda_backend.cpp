@@ -234,6 +234,12 @@ class cuda_backend final : public backend {
 
   // NVML names devices by PCI bus id, which CUDA_VISIBLE_DEVICES cannot renumber.
   bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept override {
+    if (forked_from_.load(std::memory_order_relaxed) != 0) {  // Note [CUDA after fork]: no driver call
+      try {
+        *why = "not asked in a forked child";
+      } catch (...) {}
+      return false;
+    }
     char bus_id[32] = {};
     if (valid_device(device) &&
         api_.device_get_pci_bus_id(bus_id, sizeof bus_id, devices_[device].handle) == CUDA_SUCCESS)

@@ -305,7 +305,9 @@ bool read_host_ledger(backend& be, host_ledger* out) {
 namespace tracepool::backend {
 
 bool backend::processes(int, std::vector<process_usage>*, std::string* why) noexcept {
-  *why = std::string("the ") + name() + " backend cannot list processes";
+  try {
+    *why = std::string("the ") + name() + " backend cannot list processes";
+  } catch (...) {}  // out of host memory: no reason given
   return false;
 }
 

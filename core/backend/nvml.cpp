@@ -1,8 +1,11 @@
 // nvml.cpp: see nvml.h. The few NVML declarations used are written out here from NVML's API
-// reference (the toolkit does not always ship nvml.h); their ABI has been stable since the _v2/_v3
-// entry points appeared (driver 450 and 510). NVML is initialised once and never shut down, as the
-// driver is never unloaded: others in the process (nvidia-ml-py, PyTorch) may use it too, and
-// nvmlInit/nvmlShutdown count their calls.
+// reference (the toolkit does not always ship nvml.h). The process list is read through
+// nvmlDeviceGetComputeRunningProcesses_v2, whose entries have kept one 24-byte layout
+// (nvmlProcessInfo_v2_t) since driver 470: drivers 535.43 to 535.86 changed _v3's entries to 32
+// bytes without renaming it (nvitop PR #79, go-nvml issue #75). The buffer has room for 32-byte
+// entries anyway, so that no driver can write past it. NVML is initialised once and never shut
+// down, as the driver is never unloaded: others in the process (nvidia-ml-py, PyTorch) may use it
+// too, and nvmlInit/nvmlShutdown count their calls.
 #include "nvml.h"
 
 #include <dlfcn.h>
@@ -19,12 +22,14 @@ constexpr nvml_return kSuccess = 0;
 constexpr nvml_return kInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
 constexpr unsigned long long kNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
 
-struct nvml_process_info {  // nvmlProcessInfo_t of the _v2 and _v3 entry points
+struct nvml_process_info {  // nvmlProcessInfo_v2_t: the entries of the _v2 entry point
   unsigned int pid;
   unsigned long long used_gpu_memory;
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
+static_assert(sizeof(nvml_process_info) == 24, "nvmlProcessInfo_v2_t is 24 bytes");
+constexpr size_t kRoomPerEntry = 32;  // the largest entry any driver has written (535.43's _v3)
 
 struct nvml_api {
   nvml_return (*init)() = nullptr;                                         // nvmlInit_v2
@@ -49,8 +54,7 @@ nvml_api load() {
   }
   if (!resolve(library, "nvmlInit_v2", &api.init) || !resolve(library, "nvmlErrorString", &api.error_string) ||
       !resolve(library, "nvmlDeviceGetHandleByPciBusId_v2", &api.device_by_bus_id) ||
-      !(resolve(library, "nvmlDeviceGetComputeRunningProcesses_v3", &api.compute_processes) ||
-        resolve(library, "nvmlDeviceGetComputeRunningProcesses_v2", &api.compute_processes))) {
+      !resolve(library, "nvmlDeviceGetComputeRunningProcesses_v2", &api.compute_processes)) {
     api.problem = "libnvidia-ml.so.1 lacks an entry point tracepool needs: the driver is too old";
     return api;
   }
@@ -78,19 +82,22 @@ bool nvml_processes(const char* pci_bus_id, std::vector<process_usage>* out, std
       return false;
     }
     // The list may grow between the call that sizes it and the one that fills it: a few tries.
-    std::vector<nvml_process_info> listed(8);
+    unsigned int room = 8;
     for (int attempt = 0; attempt < 4; ++attempt) {
-      unsigned int count = static_cast<unsigned int>(listed.size());
+      // `room` entries, each with kRoomPerEntry bytes of space; read as 24-byte entries.
+      std::vector<nvml_process_info> listed((room * kRoomPerEntry + sizeof(nvml_process_info) - 1) /
+                                            sizeof(nvml_process_info));
+      unsigned int count = room;
       nvml_return r = nvml.compute_processes(device, &count, listed.data());
       if (r == kInsufficientSize) {
-        listed.resize(count + 8);
+        room = count + 8;
         continue;
       }
       if (r != kSuccess) {
-        *why = std::string("nvmlDeviceGetComputeRunningProcesses: ") + nvml.error_string(r);
+        *why = std::string("nvmlDeviceGetComputeRunningProcesses_v2: ") + nvml.error_string(r);
         return false;
       }
-      for (unsigned int i = 0; i < count; ++i) {
+      for (unsigned int i = 0; i < count && i < room; ++i) {
         const unsigned long long used = listed[i].used_gpu_memory;
         out->push_back({static_cast<int64_t>(listed[i].pid), used == kNotAvailable ? -1 : static_cast<int64_t>(used)});
       }

@@ -1,6 +1,7 @@
 // device_memory.cpp: a device's used bytes, as the driver counts them, split into tracepool's and the
 // rest, and by process (report.h).
 #include <algorithm>
+#include <cstdint>
 
 #include "report/report.h"
 
@@ -27,17 +28,22 @@ int64_t outside_bytes(const device_summary& d) {
 }
 
 process_split split_by_process(const device_summary& d, int64_t pid) {
+  // Saturating: a saved report's figures are each at most total_bytes (the reader checks), not their sum.
+  const auto add = [](int64_t* sum, int64_t n) { *sum = n > INT64_MAX - *sum ? INT64_MAX : *sum + n; };
   process_split split;
   int64_t listed = 0;
   for (const backend::process_usage& p : d.processes) {
-    const int64_t used = std::max<int64_t>(p.used_bytes, 0);
-    listed += used;
-    if (p.pid == pid && !split.self_listed) {
+    const bool known = p.used_bytes >= 0;
+    const int64_t used = known ? p.used_bytes : 0;
+    add(&listed, used);
+    split.unknown += known ? 0 : 1;
+    if (p.pid == pid) {  // listed twice (two entries of one process): one figure, their sum
+      split.self_known = split.self_known || known;
       split.self_listed = true;
-      split.self_bytes = used;
+      add(&split.self_bytes, used);
     } else {
       ++split.others;
-      split.others_bytes += used;
+      add(&split.others_bytes, used);
     }
   }
   split.unlisted_bytes = std::max<int64_t>(d.used_bytes - listed, 0);

@@ -134,10 +134,13 @@ int64_t outside_bytes(const device_summary& d);
 // A device's used bytes by process (Note [Where the memory went]), for a list that was made.
 struct process_split {
   bool self_listed = false;    // this process is listed (not when NVML sees another PID namespace)
+  bool self_known = false;     // ... with a figure
   int64_t self_bytes = 0;      // what NVML counts for it: tracepool's reserved bytes, its context, libraries
   int64_t others_bytes = 0;    // every other process listed with a figure
   int others = 0;              // other processes listed
-  int64_t unlisted_bytes = 0;  // used_bytes less every figure listed (>= 0): the driver's own
+  int unknown = 0;             // processes listed without a figure (this one included)
+  int64_t unlisted_bytes = 0;  // used_bytes less every figure listed (>= 0): the driver's own, and
+                               // the processes listed without a figure
 };
 process_split split_by_process(const device_summary& d, int64_t pid);
 

@@ -305,6 +305,9 @@ bool read_processes(report_reader& in, const json& device, const std::string& wh
     if (!in.object(item, at, {"pid", "used_bytes"}) || !in.count(item, at, "pid", &p.pid) ||
         !in.count(item, at, "used_bytes", &p.used_bytes, true))
       return false;
+    if (p.used_bytes > d->total_bytes)
+      return in.fail(at + ".used_bytes (" + std::to_string(p.used_bytes) + ") is more than the device's total_bytes (" +
+                     std::to_string(d->total_bytes) + ")");
     d->processes.push_back(p);
     return true;
   });

@@ -235,19 +235,24 @@ std::string by_process(const report& r, const device_summary& d) {
   const process_split split = split_by_process(d, r.process.pid);
   const int64_t reserved = d.stats.table.at(stat_kind::reserved_bytes, all_pools).current;
   std::string line = printf_string("  by process (%s list): ", source);
-  if (split.self_listed) {
+  if (d.processes.empty()) {
+    line += "no process listed";
+  } else if (!split.self_listed) {
+    line += printf_string("this process (pid %" PRId64 ") is not listed (in another PID namespace?)", r.process.pid);
+  } else if (!split.self_known) {
+    line += printf_string("this process (pid %" PRId64 "): its use is not visible", r.process.pid);
+  } else {
     line += printf_string("this process (pid %" PRId64 ") %s", r.process.pid, human_bytes(split.self_bytes).c_str());
     if (split.self_bytes >= reserved)
       line += ", " + human_bytes(split.self_bytes - reserved) + " of it outside tracepool (its CUDA context, libraries)";
-  } else {
-    line += printf_string("this process (pid %" PRId64 ") is not listed (in another PID namespace?)", r.process.pid);
   }
-  line += printf_string("; %d other process%s %s", split.others, split.others == 1 ? "" : "es",
-                        human_bytes(split.others_bytes).c_str());
+  if (!d.processes.empty())
+    line += printf_string("; %d other process%s %s", split.others, split.others == 1 ? "" : "es",
+                          human_bytes(split.others_bytes).c_str());
   std::string pids;
   int shown = 0;
   for (const backend::process_usage& p : d.processes) {
-    if (split.self_listed && p.pid == r.process.pid) continue;
+    if (p.pid == r.process.pid) continue;
     if (shown++ == 4) {
       pids += ", ...";
       break;
@@ -256,7 +261,9 @@ std::string by_process(const report& r, const device_summary& d) {
                           p.used_bytes < 0 ? "not visible" : human_bytes(p.used_bytes).c_str());
   }
   if (!pids.empty()) line += " (" + pids + ")";
-  return line + "; " + human_bytes(split.unlisted_bytes) + " in no process (the driver's own)\n";
+  const char* rest = split.unknown == 0 ? "in no process (the driver's own)"
+                                        : "in no figure NVML gave (the driver's own, and the processes not visible)";
+  return line + "; " + human_bytes(split.unlisted_bytes) + " " + rest + "\n";
 }
 
 // What keeps a site's blocks alive, where the host named it (holder_summary).

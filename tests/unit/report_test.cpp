@@ -332,8 +332,8 @@ TEST(Report, DriverUsedMemoryIsSplitIntoTracepoolsAndTheRest) {
 }
 
 // The same used bytes by process: the host backend lists this process with what it allocated, and
-// host_outside is in no process, as the driver's own memory is under NVML. A saved report that lists
-// another process names it; one whose own pid is not listed says so (a container's PID namespace).
+// host_outside is in no process, as the driver's own memory is under NVML. The saved-report tests
+// below edit that list as NVML could have written it.
 std::string rendered(const json& saved) {
   char* text = nullptr;
   if (tracepool_render_report(saved.dump().c_str(), saved.dump().size(), nullptr, &text) != TRACEPOOL_OK)
@@ -343,53 +343,98 @@ std::string rendered(const json& saved) {
   return out;
 }
 
-TEST(Report, DriverUsedMemoryIsSplitByProcess) {
+// A host report holding 5 MiB (20 MiB reserved) with 300 MiB used outside tracepool.
+json report_with_outside_memory() {
   tracepool_t* tp = nullptr;
-  ASSERT_EQ(tracepool_create("backend:host,host_capacity:4GiB,host_outside:300MiB", &tp), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_create("backend:host,host_capacity:4GiB,host_outside:300MiB", &tp), TRACEPOOL_OK);
   void* p = nullptr;
-  ASSERT_EQ(tracepool_malloc(tp, 5 << 20, 0, nullptr, &p), TRACEPOOL_OK);
-  const json r = report_of(tp);
+  EXPECT_EQ(tracepool_malloc(tp, 5 << 20, 0, nullptr, &p), TRACEPOOL_OK);
+  json r = report_of(tp);
+  tracepool_destroy(tp);
+  return r;
+}
+
+std::string pid_text(int64_t pid) { return "this process (pid " + std::to_string(pid) + ")"; }
+
+TEST(Report, DriverUsedMemoryIsSplitByProcess) {
+  const json r = report_with_outside_memory();
   const json& d = r["devices"][0];
-  const int64_t reserved = r["stats"]["0"]["reserved_bytes.all.current"];
   ASSERT_EQ(d["processes"].size(), 1u) << d;
   EXPECT_EQ(d["processes"][0]["pid"], static_cast<int64_t>(getpid()));
-  EXPECT_EQ(d["processes"][0]["used_bytes"], reserved);
+  EXPECT_EQ(d["processes"][0]["used_bytes"], r["stats"]["0"]["reserved_bytes.all.current"]);
   EXPECT_EQ(d["processes_note"], "");
-  std::string text = rendered(r);
-  EXPECT_NE(text.find("by process (the host backend's list): this process (pid " + std::to_string(getpid()) +
-                      ") 20.00 MiB, 0 B of it outside tracepool (its CUDA context, libraries); 0 other processes 0 B; "
+  const std::string text = rendered(r);
+  EXPECT_NE(text.find("by process (the host backend's list): " + pid_text(getpid()) +
+                      " 20.00 MiB, 0 B of it outside tracepool (its CUDA context, libraries); 0 other processes 0 B; "
                       "300.00 MiB in no process (the driver's own)"),
             std::string::npos)
       << text;
+}
 
-  json saved = r;  // another process with 1 GiB, whose memory the driver counts used too
-  saved["devices"][0]["processes"].push_back({{"pid", 4242}, {"used_bytes", int64_t{1} << 30}});
-  saved["devices"][0]["processes"].push_back({{"pid", 4343}, {"used_bytes", nullptr}});
-  saved["devices"][0]["used_bytes"] = d["used_bytes"].get<int64_t>() + (int64_t{1} << 30);
-  text = rendered(saved);
+TEST(Report, OtherProcessesAreNamedAndThoseWithoutAFigureSaidSo) {
+  json saved = report_with_outside_memory();  // two more processes, one of 1 GiB, one NVML gives no figure for
+  json& d = saved["devices"][0];
+  d["processes"].push_back({{"pid", 4242}, {"used_bytes", int64_t{1} << 30}});
+  d["processes"].push_back({{"pid", 4343}, {"used_bytes", nullptr}});
+  d["used_bytes"] = d["used_bytes"].get<int64_t>() + (int64_t{1} << 30);
+  std::string text = rendered(saved);
   EXPECT_NE(text.find("; 2 other processes 1.00 GiB (pid 4242: 1.00 GiB, pid 4343: not visible); 300.00 MiB in no "
-                      "process"),
+                      "figure NVML gave (the driver's own, and the processes not visible)"),
             std::string::npos)
       << text;
-  saved["process"]["pid"] = 7;  // NVML's pids are not this process's
+  d["processes"][0]["used_bytes"] = nullptr;  // this process's own figure unknown
   text = rendered(saved);
-  EXPECT_NE(text.find("this process (pid 7) is not listed (in another PID namespace?); 3 other processes 1.02 GiB"),
+  EXPECT_NE(text.find(pid_text(saved["process"]["pid"]) + ": its use is not visible; 2 other processes"),
             std::string::npos)
       << text;
+  d["processes"][0]["used_bytes"] = 10 << 20;  // two entries of this process: one figure, their sum
+  d["processes"].push_back({{"pid", saved["process"]["pid"]}, {"used_bytes", 15 << 20}});
+  text = rendered(saved);
+  EXPECT_NE(text.find(pid_text(saved["process"]["pid"]) + " 25.00 MiB, 5.00 MiB of it outside tracepool"),
+            std::string::npos)
+      << text;
+}
 
+TEST(Report, AProcessNotInTheListIsSaidToBeMissing) {
+  json saved = report_with_outside_memory();
+  saved["devices"][0]["processes"].push_back({{"pid", 4242}, {"used_bytes", 1 << 20}});
+  saved["process"]["pid"] = 7;  // NVML's pids are not this process's: another PID namespace
+  std::string text = rendered(saved);
+  EXPECT_NE(text.find(pid_text(7) + " is not listed (in another PID namespace?); 2 other processes 21.00 MiB"),
+            std::string::npos)
+      << text;
+  saved["devices"][0]["processes"] = json::array();
+  text = rendered(saved);
+  EXPECT_NE(text.find("by process (the host backend's list): no process listed; 320.00 MiB in no process"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Report, WhenProcessesCannotBeListedTheReportSaysWhy) {
+  json saved = report_with_outside_memory();
   saved["devices"][0]["processes"] = nullptr;  // NVML could not be asked
   saved["devices"][0]["processes_note"] = "cannot load libnvidia-ml.so.1";
-  EXPECT_NE(rendered(saved).find("by process: not listed (cannot load libnvidia-ml.so.1)"), std::string::npos);
-  saved["devices"][0].erase("processes");  // a report from before processes were listed: no line
+  std::string text = rendered(saved);
+  EXPECT_NE(text.find("by process: not listed (cannot load libnvidia-ml.so.1)"), std::string::npos) << text;
+  saved["devices"][0].erase("processes");  // a report from before processes were listed: read, no line
   saved["devices"][0].erase("processes_note");
-  EXPECT_EQ(rendered(saved).find("by process"), std::string::npos);
+  text = rendered(saved);
+  EXPECT_EQ(text.rfind("refused:", 0), std::string::npos) << text;
+  EXPECT_NE(text.find("the driver counts"), std::string::npos) << text;
+  EXPECT_EQ(text.find("by process"), std::string::npos) << text;
+}
+
+TEST(Report, AProcessListWithBadFiguresIsRefused) {
+  json saved = report_with_outside_memory();
   saved["devices"][0]["processes"] = json::array({{{"pid", -1}, {"used_bytes", 0}}});
-  EXPECT_NE(rendered(saved).find("refused: ") , std::string::npos);
-  EXPECT_NE(rendered(saved).find("devices[0].processes[0].pid"), std::string::npos) << rendered(saved);
+  EXPECT_NE(rendered(saved).find("devices[0].processes[0].pid must be a non-negative integer"), std::string::npos) << rendered(saved);
   saved["devices"][0]["processes"] = json::array({{{"pid", 1}}});
   EXPECT_NE(rendered(saved).find("has no \"used_bytes\" field"), std::string::npos) << rendered(saved);
-  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
-  tracepool_destroy(tp);
+  // Each figure is at most the device's memory, so that their sum cannot overflow either.
+  saved["devices"][0]["processes"] = json::array({{{"pid", 1}, {"used_bytes", INT64_MAX}}});
+  EXPECT_NE(rendered(saved).find("processes[0].used_bytes (9223372036854775807) is more than the device's total_bytes"),
+            std::string::npos)
+      << rendered(saved);
 }
 
 }  // namespace
