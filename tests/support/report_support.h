@@ -14,6 +14,10 @@
 
 #include "tracepool/tracepool.h"
 
+// Keeps the compiler from turning a call into a tail jump, which would drop its frame from the stacks
+// that reports show.
+#define KEEP_FRAME() asm volatile("" ::: "memory")
+
 namespace tracepool::testing {
 
 using json = nlohmann::json;

@@ -20,9 +20,6 @@ using tracepool::testing::json;
 using tracepool::testing::mentions;
 using tracepool::testing::report_of;
 
-// Keeps the compiler from turning a call into a tail jump, which would drop its frame.
-#define KEEP_FRAME() asm volatile("" ::: "memory")
-
 constexpr size_t big_bytes = (size_t{3} << 20) + 5;
 constexpr size_t small_bytes = 1000;
 

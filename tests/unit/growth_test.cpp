@@ -23,8 +23,6 @@ using tracepool::core::window_floors;
 using tracepool::testing::json;
 using tracepool::testing::report_of;
 
-#define KEEP_FRAME() asm volatile("" ::: "memory")
-
 bool grows(const std::vector<int64_t>& series) { return floors_growing(window_floors(series)); }
 
 // n points of f(i).

@@ -20,9 +20,6 @@ using tracepool::testing::render;
 using tracepool::testing::report_of;
 using tracepool::testing::report_string;
 
-// Keeps the compiler from turning a call into a tail jump, which would drop its frame.
-#define KEEP_FRAME() asm volatile("" ::: "memory")
-
 constexpr uint64_t graph_pool = 7;
 void* const capture_stream = reinterpret_cast<void*>(0x1000);
 constexpr size_t segment = size_t{2} << 20;  // a small segment: what 4000 or 8192 bytes grow

@@ -19,8 +19,6 @@ namespace {
 
 using tracepool::testing::json;
 
-#define KEEP_FRAME() asm volatile("" ::: "memory")
-
 // ---- The toy interpreter -------------------------------------------------------------------------
 
 struct toy_frame {

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "report_support.h"
 #include "trace/cfi_unwinder.h"
 
 namespace {
@@ -16,8 +17,6 @@ namespace {
 using tracepool::core::cfi_backtrace;
 using tracepool::core::cfi_unwinder_supported;
 using tracepool::core::cfi_walks;
-
-#define KEEP_FRAME() asm volatile("" ::: "memory")
 
 constexpr size_t max_frames = 48;
 
