@@ -10,12 +10,13 @@ find_holders over R rounds and prints the median, min and max, the objects exami
 """
 import argparse
 import gc
-import importlib
 import os
 import statistics
 import sys
 import time
-import types
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from holders_support import FakeArray, load_holders  # noqa: E402
 
 BLOCK = 1 << 20
 BASE = 0x7F0000000000
@@ -25,24 +26,6 @@ INDEX = {}
 KEPT = []  # 200 arrays
 HOOK = None  # a closure over 100 arrays
 TRAINER = None  # .buffers: a dict of 100 arrays
-
-
-def load_holders():
-    """tracepool._holders from the source tree, its package's __init__ (which loads the extension) left out."""
-    source = types.ModuleType("tracepool_source")
-    source.__path__ = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bindings", "python",
-                                    "tracepool")]
-    sys.modules["tracepool_source"] = source
-    return importlib.import_module("tracepool_source._holders")
-
-
-class FakeArray:
-    def __init__(self, address):
-        self.address = address
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"data": (self.address, False), "shape": (BLOCK,), "typestr": "|u1", "version": 3}
 
 
 class Record:
@@ -87,9 +70,9 @@ def build_heap(objects):
 def build_arrays():
     global HOOK, TRAINER
     addresses = iter(range(BASE, BASE + 400 * BLOCK, BLOCK))
-    KEPT.extend(FakeArray(next(addresses)) for _ in range(200))
-    HOOK = make_hook(FakeArray(next(addresses)) for _ in range(100))
-    TRAINER = Trainer({"w%d" % i: FakeArray(next(addresses)) for i in range(100)})
+    KEPT.extend(FakeArray(next(addresses), BLOCK) for _ in range(200))
+    HOOK = make_hook(FakeArray(next(addresses), BLOCK) for _ in range(100))
+    TRAINER = Trainer({"w%d" % i: FakeArray(next(addresses), BLOCK) for i in range(100)})
     sites = ["list"] * 200 + ["closure"] * 100 + ["trainer"] * 100
     return [(BASE + i * BLOCK, BLOCK, site) for i, site in enumerate(sites)]
 

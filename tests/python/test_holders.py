@@ -2,39 +2,24 @@
 the search names that way. Host only: the arrays are objects with __cuda_array_interface__ (or a real
 DLPack capsule) over made-up addresses, which nothing ever reads.
 
-The module is loaded from its folder, so these tests run against the source tree without the extension.
+The module is loaded from its folder (holders_support.py), so these tests run against the source tree without the extension.
 """
 
 import ctypes
 import gc
-import importlib
 import itertools
-import os
 import sys
 import types
 import weakref
 
 import pytest
 
-# The package's folder as a package without its __init__ (which loads the extension).
-_source = types.ModuleType("tracepool_source")
-_source.__path__ = [os.path.join(os.path.dirname(__file__), "..", "..", "bindings", "python", "tracepool")]
-sys.modules["tracepool_source"] = _source
-holders = importlib.import_module("tracepool_source._holders")
+from holders_support import FakeArray, load_holders
+
+holders = load_holders()
 
 BLOCK = 4096
 _ranges = itertools.count()
-
-
-class FakeArray:
-    """A device array as CuPy and Numba show one: an address and nothing behind it."""
-
-    def __init__(self, address):
-        self.address = address
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"data": (self.address, False), "shape": (BLOCK,), "typestr": "|u1", "version": 3}
 
 
 class BrokenArray:
