@@ -2,7 +2,8 @@
 the search names that way. Host only: the arrays are objects with __cuda_array_interface__ (or a real
 DLPack capsule) over made-up addresses, which nothing ever reads.
 
-The module is loaded from its folder (holders_support.py), so these tests run against the source tree without the extension.
+The module is loaded from its folder (holders_support.py), so these tests run against the source tree
+without the extension.
 """
 
 import ctypes
