@@ -384,7 +384,7 @@ PYBIND11_MODULE(_tracepool, m) {
         return take_string(text);
       },
       py::arg("format") = "json", py::arg("reason") = py::none(), py::arg("top") = 0, py::arg("addresses") = false,
-      "The report of the memory held now, as 'json' or 'text'; reason None: 'demand'; top: sites the text lists "
+      "The report of the memory held now, as 'json', 'text' or 'html'; reason None: 'demand'; top: sites the text lists "
       "per section (0: 10); addresses: JSON leaks list their live blocks' [address, bytes].");
   m.def(
       "write_report",
@@ -414,6 +414,29 @@ PYBIND11_MODULE(_tracepool, m) {
       py::arg("json"), py::arg("format") = "text", py::arg("top") = 0, py::arg("name") = py::none(),
       "Renders a report saved as JSON (bytes) as 'text' or 'json', with the library's renderer; a text that is "
       "not a report raises InvalidArgumentError naming its first problem (`name` is what the message calls it).");
+  m.def(
+      "render_html",
+      [](const std::vector<py::bytes>& saved, const std::vector<std::string>& names) {
+        if (names.size() != saved.size()) throw py::value_error("render_html: one name for each report");
+        std::vector<const char*> texts, labels;
+        std::vector<size_t> sizes;
+        for (size_t i = 0; i < saved.size(); ++i) {
+          char* data = nullptr;
+          Py_ssize_t size = 0;
+          if (PyBytes_AsStringAndSize(saved[i].ptr(), &data, &size) != 0) throw py::error_already_set();
+          texts.push_back(data);
+          sizes.push_back(static_cast<size_t>(size));
+          labels.push_back(c_text(names[i], "name"));
+        }
+        char* page = nullptr;
+        // `saved` holds the bytes objects until this returns: read without the GIL.
+        call_without_gil(
+            [&] { return tracepool_render_html(texts.size(), texts.data(), sizes.data(), labels.data(), &page); });
+        return take_string(page);
+      },
+      py::arg("reports"), py::arg("names"),
+      "One HTML page of several reports saved as JSON (bytes each; the ranks of one job): a view of each and "
+      "of them all merged; `names` are what messages call them.");
   m.def(
       "write_file",
       [](const std::string& path, const py::bytes& data) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "allocator.h"
 #include "base/config.h"
@@ -128,11 +129,16 @@ class c_frame_provider final : public core::script_provider {
 // tracepool_report_options_t, checked and with its defaults filled in.
 struct report_request {
   const char* reason = "demand";
-  const char* format = nullptr;  // "json", "text" or nullptr (by path; strings: text)
+  const char* format = nullptr;  // "json", "text", "html" or nullptr (by path; strings: text)
   size_t top = 10;
   const char* name = nullptr;
   bool addresses = false;
-  bool json() const { return format != nullptr && std::strcmp(format, "json") == 0; }
+  // A string's rendering (checked by read_options): text unless the format says otherwise.
+  std::string render(const core::report& r) const {
+    core::report_format f = core::report_format::text;
+    (void)core::report_format_of(format, nullptr, "", &f);
+    return core::render(r, f, top);
+  }
 };
 
 // The struct as first published (through `top`): what the smallest caller passes.
@@ -183,9 +189,9 @@ status read_options(const char* what, const tracepool_report_options_t* options,
     out->reason = o.reason;
   }
   if (o.format != nullptr) {
-    if (std::strcmp(o.format, "json") != 0 && std::strcmp(o.format, "text") != 0)
-      return tracepool::fail(status::invalid_argument, "%s: options->format '%s': expected json, text or NULL", what,
-                             quoted(o.format).c_str());
+    if (std::strcmp(o.format, "json") != 0 && std::strcmp(o.format, "text") != 0 && std::strcmp(o.format, "html") != 0)
+      return tracepool::fail(status::invalid_argument, "%s: options->format '%s': expected json, text, html or NULL",
+                             what, quoted(o.format).c_str());
     out->format = o.format;
   }
   if (o.top < 0)
@@ -484,7 +490,7 @@ int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
   if (format == nullptr) {  // this function always asked for a format
     if (out != nullptr) *out = nullptr;
     return code(tracepool::fail(status::invalid_argument,
-                                "tracepool_report_string: format '(null)': expected json or text"));
+                                "tracepool_report_string: format '(null)': expected json, text or html"));
   }
   tracepool_report_options_t options{};
   options.size = sizeof options;
@@ -501,7 +507,7 @@ int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options
     if (status s = read_options("tracepool_report_string", options, &q); s != status::ok) return s;
     core::report r;
     if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
-    return copy_out(q.json() ? core::to_json(r) : core::to_text(r, q.top), out);
+    return copy_out(q.render(r), out);
   });
 }
 
@@ -518,7 +524,34 @@ int tracepool_render_report(const char* json, size_t size, const tracepool_repor
     if (status s = core::read_report_json(std::string_view(json != nullptr ? json : "", size), &r, subject.c_str());
         s != status::ok)
       return s;
-    return copy_out(q.json() ? core::to_json(r) : core::to_text(r, q.top), out);
+    return copy_out(q.render(r), out);
+  });
+}
+
+int tracepool_render_html(size_t count, const char* const* reports, const size_t* sizes, const char* const* names,
+                          char** out) {
+  return guarded("tracepool_render_html", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_render_html: out is NULL");
+    *out = nullptr;
+    if (count == 0) return tracepool::fail(status::invalid_argument, "tracepool_render_html: no report (count is 0)");
+    if (reports == nullptr || sizes == nullptr)
+      return tracepool::fail(status::invalid_argument, "tracepool_render_html: reports or sizes is NULL");
+    constexpr size_t most = 4096;  // ranks of one job; more is a mistake in count
+    if (count > most)
+      return tracepool::fail(status::invalid_argument, "tracepool_render_html: count is %zu; at most %zu reports",
+                             count, most);
+    std::vector<core::report> read(count);
+    std::vector<const core::report*> pages;
+    for (size_t i = 0; i < count; ++i) {
+      const std::string subject = names != nullptr && names[i] != nullptr ? names[i] : "report " + std::to_string(i);
+      if (reports[i] == nullptr && sizes[i] != 0)
+        return tracepool::fail(status::invalid_argument, "tracepool_render_html: %s is NULL and its size is %zu",
+                               subject.c_str(), sizes[i]);
+      const std::string_view text(reports[i] != nullptr ? reports[i] : "", sizes[i]);
+      if (status s = core::read_report_json(text, &read[i], subject.c_str()); s != status::ok) return s;
+      pages.push_back(&read[i]);
+    }
+    return copy_out(core::to_html(pages), out);
   });
 }
 

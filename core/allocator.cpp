@@ -327,11 +327,16 @@ status allocator::retained_pools(int device, std::vector<private_pool_info>* out
   return status::ok;
 }
 
+// The current value of one statistic, summed over the devices (a mark's figures).
+int64_t allocator::summed(stat_kind kind) {
+  int64_t sum = 0;
+  for (auto& dev : devices_) sum += dev->stats().table.at(kind, all_pools).current;
+  return sum;
+}
+
 status allocator::mark(const char* label) {
   if (status s = check_label("mark", label); s != status::ok) return s;
-  int64_t live = 0;
-  for (auto& dev : devices_) live += dev->stats().table.at(stat_kind::requested_bytes, all_pools).current;
-  return observers_.mark(mark_event{label, live});
+  return observers_.mark(mark_event{label, summed(stat_kind::requested_bytes), summed(stat_kind::reserved_bytes)});
 }
 
 status allocator::auto_mark(const char* label, bool* taken) {
@@ -344,9 +349,8 @@ status allocator::auto_mark(const char* label, bool* taken) {
 
 bool allocator::take_auto_mark(const char* label, uint64_t now_ns, bool sample) {
   if (!tracer_->auto_mark_due(now_ns, sample)) return false;  // the common case: no stats read
-  int64_t live = 0;
-  for (auto& dev : devices_) live += dev->stats().table.at(stat_kind::requested_bytes, all_pools).current;
-  return tracer_->auto_mark(label, live, now_ns, sample);
+  return tracer_->auto_mark(mark_event{label, summed(stat_kind::requested_bytes), summed(stat_kind::reserved_bytes)},
+                            now_ns, sample);
 }
 
 // The device said no after the cache was emptied. The observers are told (no allocator lock is held:

@@ -67,7 +67,8 @@ struct oom_event {
 
 struct mark_event {
   const char* label;   // valid UTF-8, checked
-  int64_t live_bytes;  // requested bytes live on all devices
+  int64_t live_bytes;      // requested bytes live on all devices
+  int64_t reserved_bytes;  // reserved on all devices
 };
 
 // What an observer listens to (observer::events), so that an event nobody wants costs one load.

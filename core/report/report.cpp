@@ -24,10 +24,11 @@ struct live_tally {
   int64_t blocks = 0;  // x block_unit
   double block_bytes = 0;
   std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;  // birth -> (bytes, blocks x block_unit)
+  std::map<int, std::pair<int64_t, int64_t>> by_device;       // device -> (bytes, blocks x block_unit)
   std::vector<std::pair<uint64_t, int64_t>> addresses;        // when asked
 
   // With sampling on, a sampled block stands for 1/P(sampled) blocks of its size.
-  void add(const tracer& t, const block_record& b) {
+  void add(const tracer& t, const block_record& b, int device) {
     const int64_t weighted = t.weighted_bytes(b.requested), count = t.weighted_blocks(b.requested);
     bytes += weighted;
     blocks += count;
@@ -35,8 +36,20 @@ struct live_tally {
     auto& born = by_birth[b.birth];
     born.first += weighted;
     born.second += count;
+    auto& on = by_device[device];
+    on.first += weighted;
+    on.second += count;
   }
 };
+
+// Adds `bytes` and `blocks` to the entry of `device` in `shares` (device ascending).
+void add_share(std::vector<device_share>* shares, int device, int64_t bytes, int64_t blocks) {
+  auto it = std::lower_bound(shares->begin(), shares->end(), device,
+                             [](const device_share& d, int dev) { return d.device < dev; });
+  if (it == shares->end() || it->device != device) it = shares->insert(it, device_share{device, 0, 0});
+  it->bytes += bytes;
+  it->blocks += blocks;
+}
 
 int64_t whole_blocks(int64_t fixed) { return (fixed + block_unit / 2) / block_unit; }
 
@@ -133,7 +146,7 @@ class pool_groups {
     p.summary.blocks += 1;
     p.summary.block_bytes += static_cast<int64_t>(b.size);
     // Sampling on: a block not sampled (site 0) is represented by the weights of those that were.
-    if (b.site != 0 || tracer_.sample_bytes() == 0) p.live[b.site].add(tracer_, b);
+    if (b.site != 0 || tracer_.sample_bytes() == 0) p.live[b.site].add(tracer_, b, p.summary.device);
     return true;
   }
 
@@ -226,10 +239,11 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
     r.cfi_last_slow_frame = symbolize({static_cast<uintptr_t>(last >> 16)})[0];
   }
   const std::vector<mark_record> marks = t.marks(&r.marks_made);
-  for (const mark_record& m : marks) r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
+  for (const mark_record& m : marks)
+    r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes, m.reserved_bytes});
   const std::vector<mark_record> auto_marks = t.auto_marks(&r.auto_marks_made);
   for (const mark_record& m : auto_marks)
-    r.auto_marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes});
+    r.auto_marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes, m.reserved_bytes});
   r.auto_mark_ms = t.auto_mark_interval_ns() / 1000000;
   r.auto_mark_seconds = static_cast<double>(t.auto_mark_cost_ns()) * 1e-9;
   // The program's marks take precedence (Note [Growth without marks]).
@@ -259,6 +273,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
         c.blocks += 1;
         c.largest_free_block = std::max(c.largest_free_block, static_cast<int64_t>(b.size));
         if (b.split_free) c.inactive_split_bytes += static_cast<int64_t>(b.size);
+        add_share(&c.by_device, dev.device, static_cast<int64_t>(b.size), 1);
         ds.cached_bytes += static_cast<int64_t>(b.size);
         ds.largest_free_block = std::max(ds.largest_free_block, static_cast<int64_t>(b.size));
         continue;
@@ -266,7 +281,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
       // Sampling on: a block that was not sampled is represented by the weights of those that were.
       if (b.site == 0 && r.sample_bytes != 0) continue;
       live_tally& l = live[b.site];
-      l.add(t, b);
+      l.add(t, b, dev.device);
       if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
     }
     size_t free_bytes = 0, total_bytes = 0;  // Note [Where the memory went]
@@ -322,6 +337,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
       g.by_birth[birth].first += tally.first;
       g.by_birth[birth].second += tally.second;
     }
+    for (const auto& [device, tally] : l.by_device) add_share(&g.summary.by_device, device, tally.first, tally.second);
     if (sites.ready(site)) {
       const site_record& rec = sites.at(site);
       g.summary.peak_bytes += rec.peak_bytes.load(std::memory_order_relaxed);
@@ -331,6 +347,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
   }
   for (leak_group& g : groups) {
     g.summary.blocks = whole_blocks(g.blocks_fixed);
+    for (device_share& d : g.summary.by_device) d.blocks = whole_blocks(d.blocks);
     g.summary.block_bytes = std::llround(g.block_bytes);
     g.summary.total_blocks = whole_blocks(g.summary.total_blocks);
     g.summary.live_at_marks = series_of(g.members, marks);
@@ -343,6 +360,14 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
   }
   std::sort(groups.begin(), groups.end(),
             [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
+  // The series a timeline draws: the growing sites first, then the largest.
+  size_t series_kept = 0;
+  for (int growing = 1; growing >= 0; --growing)
+    for (leak_group& g : groups)
+      if (g.summary.growing == (growing == 1) && series_kept < auto_series_sites && !auto_marks.empty()) {
+        g.summary.live_at_auto_marks = series_of(g.members, auto_marks);
+        ++series_kept;
+      }
 
   // 4. Retained: live blocks that outlived at least one mark, by site and the latest kept mark made
   // before their birth (the birth itself is exact: marks made before the block).
@@ -390,6 +415,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
     into.blocks += c.blocks;
     into.largest_free_block = std::max(into.largest_free_block, c.largest_free_block);
     into.inactive_split_bytes += c.inactive_split_bytes;
+    for (const device_share& d : c.by_device) add_share(&into.by_device, d.device, d.bytes, d.blocks);
   }
   std::sort(r.cached.begin(), r.cached.end(), by_bytes);
 

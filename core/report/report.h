@@ -34,6 +34,13 @@ struct holder_summary {
 };
 
 // How the search for holders went, when one was made.
+// A site's share of one device's memory (site_summary::by_device, cached_summary::by_device).
+struct device_share {
+  int device = 0;
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+};
+
 struct holder_search {
   bool made = false;
   bool complete = true;  // false: cut short by its time budget (note says so)
@@ -58,6 +65,10 @@ struct site_summary {
   std::vector<int64_t> live_at_marks;  // live bytes when each mark was made
   bool growing = false;                // across the marks, or the automatic ones (report::growth_basis)
   std::vector<int64_t> growth_floors;  // automatic basis: the floor of each window (growth.h)
+  // Live bytes at each kept automatic mark, for the sites a timeline draws: the largest and the
+  // growing ones (auto_series_sites at most); empty for the rest.
+  std::vector<int64_t> live_at_auto_marks;
+  std::vector<device_share> by_device;  // device ascending; one entry where a single device holds it
   std::vector<holder_summary> held_by;  // what keeps it alive, where the host could tell; bytes descending
   std::vector<std::pair<uint64_t, int64_t>> addresses;  // (address, bytes) of its live blocks, when asked
 };
@@ -81,6 +92,7 @@ struct cached_summary {
   int64_t blocks = 0;
   int64_t largest_free_block = 0;
   int64_t inactive_split_bytes = 0;  // free bytes inside segments that are partly in use
+  std::vector<device_share> by_device;
 };
 
 // Memory of a private pool still retained (a CUDA graph's, a torch.cuda.MemPool's; Note [Private
@@ -111,6 +123,10 @@ struct pool_summary {
 };
 
 inline constexpr size_t pool_sites_kept = 5;
+
+// Sites whose series over the automatic marks a report keeps (site_summary::live_at_auto_marks):
+// enough for a timeline's lines, few enough that 512 marks of them stay small.
+inline constexpr size_t auto_series_sites = 32;
 
 struct device_summary {
   int device = 0;
@@ -149,6 +165,7 @@ struct mark_summary {
   uint64_t index = 0;  // marks made before it
   uint64_t time_ns = 0;
   int64_t live_bytes = 0;
+  int64_t reserved_bytes = -1;  // reserved on all devices then; -1: not recorded (older reports)
 };
 
 struct report {
@@ -203,6 +220,18 @@ std::string to_text(const report& r, size_t top_sites = 10);
 // non-negative integer, not -1", "r.json has schema tracepool.report/2; this tracepool reads
 // tracepool.report/1", "r.json is not a tracepool report (not JSON: ...)"). Never throws.
 status read_report_json(std::string_view text, report* out, const char* subject = "the report");
+// One self-contained HTML page (report_html.cpp) that draws the reports in a browser: one report, or
+// several (the ranks of one job), each a view of its own and all of them merged.
+std::string to_html(const report& r);
+std::string to_html(const std::vector<const report*>& reports);
+
+enum class report_format { json, text, html };
+// `format` "json", "text" or "html"; nullptr or "": by `path`'s extension (".json" JSON, ".html" or
+// ".htm" HTML, anything else text; no path: text). Anything else is invalid_argument, its message
+// starting with `function`.
+status report_format_of(const char* format, const char* path, const char* function, report_format* out);
+std::string render(const report& r, report_format format, size_t top_sites = 10);
+
 // The few lines added to an out-of-memory message: largest free block, cached bytes, top sites.
 std::string oom_summary(const report& r, int device);
 
@@ -211,7 +240,7 @@ std::string oom_summary(const report& r, int device);
 // regular file is replaced atomically (a reader never sees half a report, a killed writer leaves no
 // temporary file); a character device or a FIFO is written in place (a FIFO without a reader is an
 // error); anything else, a symbolic link included, is refused and left alone.
-// format: "json" | "text" | nullptr or "" (by extension: .json is JSON); top_sites as to_text's.
+// format: as report_format_of's; top_sites as to_text's.
 status write_report_to(const report& r, const char* path, const char* format, size_t top_sites = 10);
 // The same for any bytes (tracepool_write_file). data may be NULL when size is 0.
 status write_file_to(const char* path, const void* data, size_t size);

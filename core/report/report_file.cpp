@@ -361,19 +361,42 @@ status write_file_to(const char* path, const void* data, size_t size) {
   return write_to(path, data, size, file_writer);
 }
 
+status report_format_of(const char* format, const char* path, const char* function, report_format* out) {
+  const std::string fmt = format == nullptr ? "" : format;
+  if (fmt == "json") {
+    *out = report_format::json;
+  } else if (fmt == "text") {
+    *out = report_format::text;
+  } else if (fmt == "html") {
+    *out = report_format::html;
+  } else if (!fmt.empty()) {
+    return fail(status::invalid_argument, "%s: format '%.32s' is not json, text or html", function, fmt.c_str());
+  } else {
+    const std::string p = path == nullptr ? "" : path;
+    *out = ends_with(p, ".json") ? report_format::json
+           : ends_with(p, ".html") || ends_with(p, ".htm") ? report_format::html
+                                                            : report_format::text;
+  }
+  return status::ok;
+}
+
+std::string render(const report& r, report_format format, size_t top_sites) {
+  switch (format) {
+    case report_format::json:
+      return to_json(r);
+    case report_format::html:
+      return to_html(r);
+    case report_format::text:
+      break;
+  }
+  return to_text(r, top_sites);
+}
+
 status write_report_to(const report& r, const char* path, const char* format, size_t top_sites) {
   if (path == nullptr) return fail(status::invalid_argument, "write_report: path is NULL");
-  const std::string fmt = format == nullptr ? "" : format;
-  bool json;
-  if (fmt == "json")
-    json = true;
-  else if (fmt == "text")
-    json = false;
-  else if (fmt.empty())
-    json = ends_with(path, ".json");
-  else
-    return fail(status::invalid_argument, "write_report: format '%s' is not json or text", fmt.c_str());
-  const std::string content = json ? to_json(r) : to_text(r, top_sites);
+  report_format f;
+  if (status s = report_format_of(format, path, "write_report", &f); s != status::ok) return s;
+  const std::string content = render(r, f, top_sites);
   const std::string where = expand_report_path(path, this_process());  // Note [Ranks]
   return write_to(where.c_str(), content.data(), content.size(), report_writer);
 }

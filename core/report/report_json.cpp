@@ -39,6 +39,15 @@ void marks(json_out& j, const char* key, const std::vector<mark_summary>& kept) 
     j.key("index"), j.value(static_cast<int64_t>(m.index));
     j.key("time_ns"), j.value(static_cast<int64_t>(m.time_ns));
     j.key("live_bytes"), j.value(m.live_bytes);
+    if (m.reserved_bytes >= 0) j.key("reserved_bytes"), j.value(m.reserved_bytes);
+  });
+}
+
+void by_device(json_out& j, const std::vector<device_share>& shares) {
+  objects(j, "by_device", shares, [&](const device_share& d) {
+    j.key("device"), j.value(static_cast<int64_t>(d.device));
+    j.key("bytes"), j.value(d.bytes);
+    j.key("blocks"), j.value(d.blocks);
   });
 }
 
@@ -131,6 +140,8 @@ std::string to_json(const report& r) {
     counts(j, "live_at_marks", s.live_at_marks);
     j.key("growing"), j.value(s.growing);
     counts(j, "growth_floors", s.growth_floors);
+    counts(j, "live_at_auto_marks", s.live_at_auto_marks);
+    by_device(j, s.by_device);
     objects(j, "held_by", s.held_by, [&](const holder_summary& h) {
       j.key("holder"), j.value(h.holder);
       j.key("bytes"), j.value(h.bytes);
@@ -171,6 +182,7 @@ std::string to_json(const report& r) {
     j.key("blocks"), j.value(c.blocks);
     j.key("largest_free_block"), j.value(c.largest_free_block);
     j.key("inactive_split_bytes"), j.value(c.inactive_split_bytes);
+    by_device(j, c.by_device);
     tags(j, c.tags);
     write_frames(j, c.frames, frame_schema::tracepool);
   });

@@ -345,6 +345,20 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
   });
 }
 
+// A site's shares of devices (absent in older reports): each device once.
+bool read_by_device(report_reader& in, const json& v, const std::string& path, std::vector<device_share>* out) {
+  return in.list(v, path, "by_device", [&](const json& item, const std::string& where, size_t) {
+    device_share d;
+    if (!in.object(item, where, {"device", "bytes", "blocks"}) || !in.count(item, where, "device", &d.device) ||
+        !in.count(item, where, "bytes", &d.bytes) || !in.count(item, where, "blocks", &d.blocks))
+      return false;
+    for (const device_share& seen : *out)
+      if (seen.device == d.device) return in.fail(where + ".device " + std::to_string(d.device) + " is listed twice");
+    out->push_back(d);
+    return true;
+  });
+}
+
 bool read_site(report_reader& in, const json& v, const std::string& path, site_summary* s) {
   return in.object(v, path, {"bytes", "blocks", "tags", "frames"}) && in.count(v, path, "site", &s->site) &&
          in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
@@ -352,6 +366,8 @@ bool read_site(report_reader& in, const json& v, const std::string& path, site_s
          in.count(v, path, "total_bytes", &s->total_bytes) && in.count(v, path, "total_blocks", &s->total_blocks) &&
          in.strings(v, path, "tags", &s->tags) && in.counts(v, path, "live_at_marks", &s->live_at_marks) &&
          in.flag(v, path, "growing", &s->growing) && in.counts(v, path, "growth_floors", &s->growth_floors) &&
+         in.counts(v, path, "live_at_auto_marks", &s->live_at_auto_marks) &&
+         read_by_device(in, v, path, &s->by_device) &&
          in.list(v, path, "held_by",
                  [&](const json& item, const std::string& where, size_t) {
                    holder_summary h;
@@ -416,7 +432,7 @@ bool read_cached(report_reader& in, const json& v, const std::string& path, cach
          in.count(v, path, "bytes", &c->bytes) && in.count(v, path, "blocks", &c->blocks) &&
          in.count(v, path, "largest_free_block", &c->largest_free_block) &&
          in.count(v, path, "inactive_split_bytes", &c->inactive_split_bytes) && in.strings(v, path, "tags", &c->tags) &&
-         in.frames(v, path, &c->frames);
+         read_by_device(in, v, path, &c->by_device) && in.frames(v, path, &c->frames);
 }
 
 bool read_pool_site(report_reader& in, const json& v, const std::string& path, pool_site_summary* s) {
@@ -441,7 +457,8 @@ bool read_pool(report_reader& in, const json& v, const std::string& path, pool_s
 
 bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m) {
   return in.object(v, path) && in.string(v, path, "label", &m->label) && in.count(v, path, "index", &m->index) &&
-         in.count(v, path, "time_ns", &m->time_ns) && in.count(v, path, "live_bytes", &m->live_bytes);
+         in.count(v, path, "time_ns", &m->time_ns) && in.count(v, path, "live_bytes", &m->live_bytes) &&
+         in.count(v, path, "reserved_bytes", &m->reserved_bytes);
 }
 
 // Every retained entry is a view of one leak and of one kept mark, which the renderer reaches by index.

@@ -18,6 +18,7 @@ struct mark_record {
   uint64_t index = 0;                                   // marks made before this one (in its window)
   uint64_t time_ns = 0;                                 // CLOCK_REALTIME
   int64_t live_bytes = 0;                               // requested bytes live on all devices (exact)
+  int64_t reserved_bytes = 0;                           // reserved on all devices
   std::vector<std::pair<uint32_t, int64_t>> site_live;  // estimated live bytes per site, ids ascending
 };
 

@@ -153,6 +153,7 @@ status tracer::on_mark(const mark_event& e) {
   m.label = e.label;
   m.time_ns = realtime_ns();
   m.live_bytes = e.live_bytes;
+  m.reserved_bytes = e.reserved_bytes;
   std::lock_guard<std::mutex> lock(marks_mutex_);
   m.site_live = live_by_site(true);
   marks_.add(std::move(m));
@@ -160,15 +161,16 @@ status tracer::on_mark(const mark_event& e) {
   return status::ok;
 }
 
-bool tracer::auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, bool sample) {
+bool tracer::auto_mark(const mark_event& e, uint64_t now_ns, bool sample) {
   std::unique_lock<std::mutex> lock(marks_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !auto_mark_due(now_ns, sample)) return false;
   last_auto_ns_.store(now_ns, std::memory_order_relaxed);
   const uint64_t began = monotonic_ns();
   mark_record m;
-  m.label = label;
+  m.label = e.label;
   m.time_ns = realtime_ns();
-  m.live_bytes = live_bytes;
+  m.live_bytes = e.live_bytes;
+  m.reserved_bytes = e.reserved_bytes;
   m.site_live = live_by_site(false);
   if (auto_marks_.add(std::move(m)))  // thinned: half as many marks a second from now on
     auto_interval_ns_.store(2 * auto_interval_ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);

@@ -77,7 +77,7 @@ class tracer final : public observer {
     return interval != 0 && (last == 0 || now_ns - last >= (sample ? 2 * interval : interval));
   }
   // Takes the mark if it is still due; false if not, or while another thread takes one.
-  bool auto_mark(const char* label, int64_t live_bytes, uint64_t now_ns, bool sample);
+  bool auto_mark(const mark_event& e, uint64_t now_ns, bool sample);
   std::vector<mark_record> auto_marks(uint64_t* made = nullptr);
   // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins.
   uint64_t auto_mark_interval_ns() const { return auto_interval_ns_.load(std::memory_order_relaxed); }

@@ -22,7 +22,9 @@ if sys.prefix != sys.base_prefix:
 PY
 fi
 py="$root/.venv/bin/python"
-"$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=8,<10"
+# websocket-client: the HTML report's tests drive headless Chromium over the DevTools protocol.
+"$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=8,<10" \
+  "websocket-client==1.8.0"
 "$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
 # CuPy and Numba, for tracepool.cupy's and tracepool.numba's tests (both import without a GPU). Pinned:
 # the glue leans on CuPy's CFunctionAllocator and on Numba's memory-manager classes. Where they import

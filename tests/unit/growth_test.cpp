@@ -168,6 +168,31 @@ TEST(GrowthWithoutMarks, BoundariesFlagTheLeakAndNothingElse) {
   for (const json& m : r["marks"]) ADD_FAILURE() << "an automatic mark among the program's: " << m.dump();
 }
 
+// What a timeline draws without marks of the program's: each automatic mark's allocated and reserved
+// bytes, and the series of the growing and largest sites (at most 32 of them) over those marks.
+TEST(GrowthWithoutMarks, TheGrowingAndLargestSitesKeepTheirSeriesForATimeline) {
+  const json r = train_without_marks(true);
+  const size_t marks = r["auto_marks"].size();
+  ASSERT_GE(marks, 40u);
+  for (const json& m : r["auto_marks"])
+    EXPECT_GE(m["reserved_bytes"].get<int64_t>(), m["live_bytes"].get<int64_t>()) << m.dump();
+  size_t with_series = 0;
+  for (const json& site : r["leaks"]) {
+    const json& series = site["live_at_auto_marks"];
+    if (series.empty()) continue;
+    ++with_series;
+    ASSERT_EQ(series.size(), marks) << "one value per automatic mark kept";
+    bool keeps_output = false;
+    for (const json& f : site["frames"]) keeps_output |= f["function"].get<std::string>().find("keep_output") == 0;
+    if (!keeps_output) continue;
+    EXPECT_TRUE(site["growing"].get<bool>());
+    for (size_t i = 1; i < marks; ++i) EXPECT_GE(series[i].get<int64_t>(), series[i - 1].get<int64_t>()) << i;
+    EXPECT_GT(series[marks - 1].get<int64_t>(), series[0].get<int64_t>());
+  }
+  EXPECT_EQ(with_series, std::min<size_t>(r["leaks"].size(), 32));
+  EXPECT_FALSE(r["leaks"][0]["live_at_auto_marks"].empty()) << "the largest site has one";
+}
+
 TEST(GrowthWithoutMarks, SamplesAloneFlagTheLeak) {
   const json r = train_without_marks(false);
   ASSERT_EQ(r["growth_basis"], "automatic marks") << r.dump(1);

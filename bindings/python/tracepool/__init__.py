@@ -127,7 +127,8 @@ HOLDER_BUDGET_S = 2.0
 
 
 def report(format: str = "json", reason: str | None = None, top: int | None = None, holders: bool = True) -> str:
-    """The report of the memory held now: ``"json"`` (docs/report-schema.md) or ``"text"``.
+    """The report of the memory held now: ``"json"`` (docs/report-schema.md), ``"text"`` or ``"html"``
+    (one self-contained page that draws it in a browser).
 
     ``reason`` is recorded in it (None: ``"demand"``; ``"exit"`` calls what is held leaked); ``top``
     is how many sites each section of the text lists (None: 10; JSON holds every site). With
@@ -179,7 +180,8 @@ def _render(data: dict[str, Any], format: str, top: int | None) -> str:
 def _format_for(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None) -> str:
     if format is not None:
         return format
-    return "json" if os.fsdecode(path).endswith(".json") else "text"
+    name = os.fsdecode(path)
+    return "json" if name.endswith(".json") else "html" if name.endswith((".html", ".htm")) else "text"
 
 
 def write_report(
@@ -195,7 +197,8 @@ def write_report(
     file is left behind); ``"stderr"``, ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written
     straight into that descriptor, a character device or a FIFO in place; anything else (a directory,
     a socket, a symbolic link) raises :class:`InvalidArgumentError` and is left alone. ``format`` is
-    ``"json"`` or ``"text"``; None picks JSON when the path ends in ``.json``. ``reason``, ``top`` and
+    ``"json"``, ``"text"`` or ``"html"``; None picks JSON when the path ends in ``.json``, HTML in
+    ``.html`` or ``.htm``. ``reason``, ``top`` and
     ``holders`` as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see
     :func:`report_path`.
     """
@@ -236,8 +239,8 @@ def render_report(
     saved: str | bytes, format: str = "text", top: int | None = None, name: str | None = None
 ) -> str:
     """Renders a report saved as JSON (by :func:`write_report`, ``TRACEPOOL_REPORT`` or ``python -m
-    tracepool run -o x.json``) as ``"text"``, exactly as the library rendered it live, or as the
-    library's ``"json"``.
+    tracepool run -o x.json``) as ``"text"``, exactly as the library rendered it live, as the
+    library's ``"json"``, or as an ``"html"`` page.
 
     Raises :class:`InvalidArgumentError` for a text that is not a report of schema
     ``tracepool.report/1``, naming its first problem by JSON path (``leaks[3].bytes must be a

@@ -26,7 +26,8 @@ run it. If PyTorch is installed, tracepool becomes PyTorch's CUDA allocator befo
 starts (if CUDA is unusable there, PyTorch is left alone and only tracepool's own Python API is
 tracked); otherwise the program allocates through tracepool's Python API (tracepool.alloc). When
 the program ends (normally, by sys.exit, or by an exception, whose traceback is printed first) the
-report goes to stderr, or to --output. The exit status is the program's.
+report goes to stderr, or to --output (and, with --html, to an HTML page as well: one file to
+open in a browser, with a flame graph, a timeline and the tables). The exit status is the program's.
 
 The report lists the memory still held at the end by call site (the Python lines that allocated
 it), flags sites that grew at every tracepool.mark() as GROWING, lists blocks that outlived marks,
@@ -37,6 +38,7 @@ examples:
   python -m tracepool run train.py --epochs 3
   python -m tracepool run --conf sample_bytes:1MiB -o report.json -m mypackage.train
   python -m tracepool run --top 5 --no-torch examples/leaky_training.py
+  python -m tracepool run --html report.html train.py
   python -m tracepool report report.json
 
 Options come before the script (or -m module); everything after it is the program's."""
@@ -45,13 +47,14 @@ _REPORT_DESCRIPTION = """\
 Render a report saved as JSON (by `run -o report.json`, tracepool.write_report("x.json") or
 TRACEPOOL_REPORT=x.json) as text on stdout: the sites holding memory, largest first, with the
 lines that allocated it; the memory of CUDA graphs and memory pools still held; retained blocks
-and marks; the cached memory."""
+and marks; the cached memory. --format html makes one self-contained page of it instead."""
 
 _REPORT_EPILOG = """\
 examples:
   python -m tracepool report report.json
   python -m tracepool report --top 3 report.json
-  python -m tracepool report --format json report.json | less"""
+  python -m tracepool report --format json report.json | less
+  python -m tracepool report --format html -o report.html report.json"""
 
 
 _MERGE_DESCRIPTION = """\
@@ -71,7 +74,8 @@ _MERGE_EPILOG = """\
 examples:
   torchrun --nproc-per-node 2 -m tracepool run -o report.json train.py
   python -m tracepool merge report-rank*.json
-  python -m tracepool merge -o merged.json report-rank*.json"""
+  python -m tracepool merge -o merged.json report-rank*.json
+  python -m tracepool merge --format html -o ranks.html report-rank*.json"""
 
 
 class UsageError(Exception):
@@ -131,11 +135,17 @@ def _parser():
         "-o",
         "--output",
         metavar="FILE",
-        help="write the report to FILE instead of stderr: JSON if FILE ends in .json, else text",
+        help="write the report to FILE instead of stderr: JSON if FILE ends in .json, HTML if in .html, else text",
+    )
+    run.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page to FILE (a flame graph, a timeline and the "
+        "tables; it loads nothing), besides the text on stderr or --output",
     )
     run.add_argument(
         "--format",
-        choices=("text", "json"),
+        choices=("text", "json", "html"),
         help="the report's format, whatever --output ends in (default: text on stderr, or by --output's extension)",
     )
     run.add_argument(
@@ -174,7 +184,7 @@ def _parser():
 
     report = commands.add_parser(
         "report",
-        help="render a saved JSON report as text",
+        help="render a saved JSON report as text, or as an HTML page",
         description=_REPORT_DESCRIPTION,
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -185,11 +195,11 @@ def _parser():
     )
     report.add_argument(
         "--format",
-        choices=("text", "json"),
-        default="text",
-        help="text (default), or the JSON as the library writes it (checked; fields it does not know are dropped), "
-        "indented",
+        choices=("text", "json", "html"),
+        help="text (default), the JSON as the library writes it (checked; fields it does not know are dropped), "
+        "indented, or an HTML page; -o x.html picks HTML, -o x.json JSON",
     )
+    report.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     merge = commands.add_parser(
         "merge",
         help="show the reports of several ranks or processes as one, with the imbalance between them",
@@ -214,14 +224,17 @@ def _parser():
             "--top", type=_positive_int, default=10, metavar="N", help="sites shown in each section (default 10)"
         )
         command.add_argument(
-            "--format", choices=("text", "json"), help="text (default), or JSON holding every site; -o x.json picks JSON"
+            "--format",
+            choices=("text", "json", "html") if command is merge else ("text", "json"),
+            help="text (default), or JSON holding every site; -o x.json picks JSON"
+            + ("; html: one page with a view of each report and of them all" if command is merge else ""),
         )
         command.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     return parser
 
 
 # Options of `run` that take a value; they and the flags come before the program.
-_RUN_VALUE_OPTIONS = {"--conf", "-o", "--output", "--format", "--top"}
+_RUN_VALUE_OPTIONS = {"--conf", "-o", "--output", "--html", "--format", "--top"}
 
 
 def _split_run_argv(argv):
@@ -346,8 +359,9 @@ def _run_program(options, program_args):
 
 
 def _report_at_end(options, keep_alive=None):
-    """The library's report of what the program still holds (reason "exit"), to stderr or --output.
-    `keep_alive` is what _run_program returned: the program's globals name its holders."""
+    """The library's report of what the program still holds (reason "exit"), to stderr or --output,
+    and to --html. `keep_alive` is what _run_program returned: the program's globals name its holders.
+    The report is made once and rendered in each format asked for."""
     import tracepool
 
     program_globals = keep_alive if isinstance(keep_alive, dict) else None
@@ -357,16 +371,29 @@ def _report_at_end(options, keep_alive=None):
         sys.stdout.flush()
     except (OSError, ValueError):
         pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
+    if options.no_holders:
+        data = json.loads(tracepool._tracepool.report("json", "exit", 0))
+    else:
+        data = tracepool._report_with_holders("exit", program_globals, program_name)
+    status = 0
     if options.output is None:
-        sys.stderr.write(tracepool._report_text(options.format or "text", "exit", options.top, not options.no_holders,
-                                                program_globals, program_name))
+        sys.stderr.write(tracepool._render(data, options.format or "text", options.top))
         sys.stderr.flush()
-        return 0
+    else:
+        status |= _write_rendered(data, options.output, tracepool._format_for(options.output, options.format), options.top)
+    if options.html is not None:
+        status |= _write_rendered(data, options.html, "html", options.top)
+    return status
+
+
+def _write_rendered(data, path, format, top):
+    """Writes the report `data` rendered as `format` where and as the library writes its reports
+    (atomically, or straight into a device or a FIFO), at this rank's path (Note [Ranks])."""
+    import tracepool
+
     try:
-        # Where and as the library writes its reports: atomically, or straight into a device or a FIFO.
-        where = tracepool.report_path(options.output)  # this rank's (Note [Ranks])
-        tracepool._write_report(options.output, options.format, "exit", options.top, not options.no_holders,
-                                program_globals, program_name)
+        where = tracepool.report_path(path)
+        tracepool.write_file(where, tracepool._render(data, format, top).encode("utf-8", "surrogatepass"))
     except tracepool.Error as e:
         print("tracepool: report not written: %s" % e, file=sys.stderr)
         return 1
@@ -412,10 +439,30 @@ def render_saved_report(path, format="text", top=None):
 
 def _report(parser, argv):
     options = parser.parse_args(["report"] + argv)
-    if options.format == "json":
-        sys.stdout.write(json.dumps(json.loads(render_saved_report(options.file, "json")), indent=2) + "\n")
+    format = options.format
+    if format is None:
+        output = options.output or ""
+        format = "json" if output.endswith(".json") else "html" if output.endswith((".html", ".htm")) else "text"
+    if format == "json":
+        text = json.dumps(json.loads(render_saved_report(options.file, "json")), indent=2) + "\n"
     else:
-        sys.stdout.write(render_saved_report(options.file, "text", options.top))
+        text = render_saved_report(options.file, format, options.top)
+    return _emit(text, options.output, "report")
+
+
+def _emit(text, output, what):
+    """`text` on stdout, or written to `output` where the library writes files."""
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    import tracepool
+
+    try:
+        tracepool.write_file(output, text.encode("utf-8", "surrogateescape"))
+    except tracepool.Error as e:
+        print("tracepool: %s not written: %s" % (what, e), file=sys.stderr)
+        return 1
+    print("tracepool: %s written to %s" % (what, output), file=sys.stderr)
     return 0
 
 
@@ -434,19 +481,15 @@ def _compare(parser, command, argv):
     except _compare.ReportError as e:
         raise UsageError("%s: %s" % (command, e)) from None
     as_json = options.format == "json" or (options.format is None and (options.output or "").endswith(".json"))
-    text = json.dumps(result, indent=1) + "\n" if as_json else render(result, options.top)
-    if options.output is None:
-        sys.stdout.write(text)
-        return 0
-    import tracepool
-
-    try:
-        tracepool.write_file(options.output, text.encode("utf-8", "surrogateescape"))
-    except tracepool.Error as e:
-        print("tracepool: %s not written: %s" % (command, e), file=sys.stderr)
-        return 1
-    print("tracepool: %s written to %s" % (command, options.output), file=sys.stderr)
-    return 0
+    if command == "merge" and (options.format == "html" or (options.format is None and
+                                                              (options.output or "").endswith((".html", ".htm")))):
+        try:
+            text = _compare.merge_html(options.files)
+        except _compare.ReportError as e:
+            raise UsageError("%s: %s" % (command, e)) from None
+    else:
+        text = json.dumps(result, indent=1) + "\n" if as_json else render(result, options.top)
+    return _emit(text, options.output, command)
 
 
 def main(argv=None):

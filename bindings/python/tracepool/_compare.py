@@ -38,6 +38,23 @@ def render_file(path, format="text", top=None):
         raise ReportError(str(e)) from None
 
 
+def merge_html(paths):
+    """One HTML page of the reports at `paths` (the library's renderer): a view of each and of them all."""
+    import tracepool
+
+    saved = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                saved.append(f.read())
+        except OSError as e:
+            raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
+    try:
+        return tracepool._tracepool.render_html(saved, [os.fsdecode(p) for p in paths])
+    except tracepool.InvalidArgumentError as e:
+        raise ReportError(str(e)) from None
+
+
 def load(path):
     """The report saved at `path`, as the library reads it (normalised JSON, as a dict)."""
     return json.loads(render_file(path, "json"))

@@ -201,7 +201,11 @@ TRACEPOOL_API int tracepool_auto_mark(tracepool_t* tp, const char* label, int* t
  *     is an error, not a wait;
  *   - anything else (a directory, a socket, a block device, a symbolic link) is refused with
  *     TRACEPOOL_ERR_INVALID_ARGUMENT and left untouched: a link is neither followed nor replaced.
- * format: "json", "text", or NULL (JSON if path ends in ".json", text otherwise). */
+ * format: "json", "text", "html", or NULL (JSON if path ends in ".json", HTML if in ".html" or ".htm",
+ * text otherwise). HTML is one self-contained page (it loads nothing) that draws the report in a
+ * browser: a flame graph of live and cached memory by call stack, a timeline over the marks, the
+ * tables of the text report with each site's whole stack, and the device's memory as nvidia-smi
+ * counts it. */
 TRACEPOOL_API int tracepool_write_report(tracepool_t* tp, const char* path, const char* format);
 /* Writes the report made when an allocation of `tp` last failed with TRACEPOOL_ERR_OOM. Unless
  * TRACEPOOL_CONF has oom_report:off, the first such report is printed to stderr whole and each later
@@ -209,7 +213,7 @@ TRACEPOOL_API int tracepool_write_report(tracepool_t* tp, const char* path, cons
  * TRACEPOOL_ERR_INVALID_ARGUMENT if no allocation has failed so. */
 TRACEPOOL_API int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format);
 
-/* The report as a string instead of a file: format "json" or "text". *out is NUL-terminated and
+/* The report as a string instead of a file: format "json", "text" or "html". *out is NUL-terminated and
  * must be released with tracepool_string_free. */
 TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, char** out);
 
@@ -223,7 +227,8 @@ typedef struct tracepool_report_options {
   const char* reason; /* why it is made, recorded in the report: NULL gives "demand". UTF-8, 1 to 64
                          bytes, no control characters; "oom" is the library's own (tracepool_write_oom_report).
                          tracepool_render_report keeps the saved reason and ignores this. */
-  const char* format; /* "json" | "text" | NULL (write: by path, ".json" is JSON; strings: "text") */
+  const char* format; /* "json" | "text" | "html" | NULL (write: by path's extension as
+                         tracepool_write_report's; strings: "text") */
   int top;            /* call sites the text lists per section, largest first (0: 10; JSON has every site) */
   const char* name;   /* tracepool_render_report: what its messages call the text, a file name say
                          (NULL: "the text") */
@@ -249,6 +254,12 @@ TRACEPOOL_API int tracepool_report_string_with(tracepool_t* tp, const tracepool_
  * Needs no instance. Release *out with tracepool_string_free. */
 TRACEPOOL_API int tracepool_render_report(const char* json, size_t size, const tracepool_report_options_t* options,
                                           char** out);
+/* One HTML page of `count` reports saved as JSON (reports[i], sizes[i] bytes; the ranks of one job,
+ * say): a view of each and of all of them merged. names[i] (or names NULL) is what messages call
+ * reports[i] (NULL: "report i"); the first that cannot be read fails the call as
+ * tracepool_render_report would. At most 4096 reports. Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_render_html(size_t count, const char* const* reports, const size_t* sizes,
+                                        const char* const* names, char** out);
 TRACEPOOL_API void tracepool_string_free(char* s);
 
 /* ---- Script frames (language runtimes) ----------------------------------------------------- */

@@ -1,0 +1,214 @@
+"""The HTML report, drawn by a real browser (headless Chromium over the DevTools protocol): it renders
+without an error in the console, draws what the report holds (flame graph, timeline, tables, devices,
+ranks), stays text whatever the program's strings say, and keeps up with 100,000 blocks.
+
+Screenshots go to $TRACEPOOL_SCREENSHOTS, else build/html-screenshots in the source tree. Without a
+browser the tests skip, unless TRACEPOOL_REQUIRE_BROWSER=1 (CI sets it), where they fail.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import browser
+import html_support
+import tracepool
+
+SCREENSHOTS = os.environ.get("TRACEPOOL_SCREENSHOTS") or os.path.join(html_support.ROOT, "build", "html-screenshots")
+
+
+@pytest.fixture(scope="module")
+def page():
+    executable = browser.find_chromium()
+    if executable is None:
+        if os.environ.get("TRACEPOOL_REQUIRE_BROWSER") == "1":
+            pytest.fail("no Chromium (apt-get install chromium), and TRACEPOOL_REQUIRE_BROWSER=1")
+        pytest.skip("no Chromium to draw the HTML report (apt-get install chromium)")
+    os.makedirs(SCREENSHOTS, exist_ok=True)
+    with browser.Browser(executable) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return html_support.demo_report(str(tmp_path_factory.mktemp("demo")))
+
+
+def drawn(page, path):
+    """Opens the page and checks it drew without an error; returns the browser."""
+    page.errors.clear()
+    page.open(path)
+    assert page.evaluate("document.getElementById('error').hidden"), page.evaluate(
+        "document.getElementById('error').textContent")
+    assert page.errors == []
+    return page
+
+
+def texts(page, selector):
+    return page.evaluate("[...document.querySelectorAll(%s)].map((e) => e.textContent)" % json.dumps(selector))
+
+
+def flame_names(page):
+    return page.evaluate("tracepoolView.flame.nodes.map((v) => v.n.name)")
+
+
+def test_the_demo_draws_its_growing_sites_their_stacks_and_the_cache(page, demo, tmp_path):
+    saved, html = demo
+    with open(saved) as f:
+        data = json.load(f)
+    drawn(page, html)
+    page.screenshot(os.path.join(SCREENSHOTS, "demo.png"))
+
+    # The growing table comes first, the validation outputs' site on top, named by its caller's line.
+    rows = texts(page, "tr.site-row td.site")
+    assert len(rows) == sum(s["growing"] for s in data["leaks"]) == 2
+    assert "validate (:129)" in rows[0] and "GROWING" in rows[0], rows
+    # The flame graph: the program's own lines, not the launcher's (runpy, tracepool's command line).
+    names = flame_names(page)
+    assert "validate (leaky_training.py:129)" in names
+    assert not [n for n in names if "_cli.py" in n or "runpy" in n], names
+    total = sum(s["bytes"] for s in data["leaks"])
+    assert page.evaluate("tracepoolView.flame.total") == total
+
+    # A row opens to its whole stack.
+    page.click("tr.site-row")
+    stack = texts(page, "tr.stack-row")[0]
+    assert "examples/leaky_training.py:129" in stack and "examples/leaky_training.py:39" in stack, stack
+    page.screenshot(os.path.join(SCREENSHOTS, "demo-row-open.png"))
+
+    # Search: the frames that match, and the bytes under them.
+    page.type_into("#flame-search", "validate")
+    status = page.evaluate("document.getElementById('flame-status').textContent")
+    validate_bytes = sum(s["bytes"] for s in data["leaks"] if any(f.get("function") == "validate" for f in s["frames"]))
+    assert status.startswith("matched ") and "%.1f%%" % (100 * validate_bytes / total) in status, status
+
+    # Cached memory instead of live.
+    page.click("#flame-cached")
+    assert page.evaluate("tracepoolView.flame.total") == sum(c["bytes"] for c in data["cached"])
+    page.screenshot(os.path.join(SCREENSHOTS, "demo-cached.png"))
+
+    # The timeline: allocated and reserved at every mark, and the growing sites' lines.
+    series = page.evaluate("[...document.querySelectorAll('#timeline-box path')].map((p) => p.dataset.series)")
+    assert series.count("allocated") == 1 and series.count("reserved") == 1
+    assert series.count("site") >= 2, series
+    assert len(texts(page, "#timeline-box svg line[stroke-dasharray='2,3']")) == len(data["marks"])
+    # The device, as nvidia-smi would count it.
+    card = texts(page, "#devices .card")[0]
+    assert "78.00 MiB reserved" in card and "by process" in card, card
+
+
+def test_what_holds_a_site_is_shown_with_it(page, demo, tmp_path):
+    """The demo's stand-in tensors expose nothing Python can follow; a report whose holder search named
+    one (as PyTorch's tensors are named on the GPU) shows it in the row and in its stack."""
+    with open(demo[0]) as f:
+        data = json.load(f)
+    site = next(s for s in data["leaks"] if s["growing"])
+    site["held_by"] = [{"holder": "list `val_outputs` (global in leaky_training.py)", "bytes": site["bytes"],
+                        "blocks": site["blocks"], "example": "val_outputs[2]"}]
+    html = tmp_path / "held.html"
+    html.write_text(tracepool.render_report(json.dumps(data).encode(), "html"))
+    drawn(page, str(html))
+    assert "held by list `val_outputs` (global in leaky_training.py)" in texts(page, "tr.site-row td.site")[0]
+    page.click("tr.site-row")
+    assert "e.g. val_outputs[2]" in texts(page, "tr.stack-row")[0]
+
+
+def test_sorting_and_the_other_tables(page, demo):
+    drawn(page, demo[1])
+    page.click("#table-tabs button[data-table=live]")
+    page.click("th[data-key=blocks]")
+    blocks = [int(t.replace(",", "")) for t in texts(page, "tr.site-row td:nth-child(3)")]
+    assert blocks == sorted(blocks, reverse=True) and len(blocks) >= 2 and blocks[0] != blocks[-1]
+    page.click("th[data-key=blocks]")
+    again = [int(t.replace(",", "")) for t in texts(page, "tr.site-row td:nth-child(3)")]
+    assert again == sorted(blocks)
+    page.click("#table-tabs button[data-table=cached]")
+    assert texts(page, "tr.site-row") and "Reserved but free" in texts(page, "#table-note")[0]
+    page.click("#table-tabs button[data-table=retained]")
+    assert "born after mark" in " ".join(texts(page, "th")) or texts(page, "tr.site-row")
+
+
+def test_program_strings_stay_text(page, tmp_path):
+    hostile = "</script><img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>"
+    saved = tmp_path / "hostile.json"
+    html_support.run_python("""
+        import tracepool
+        with tracepool.tag(%r):
+            kept = tracepool.alloc(4096)
+        tracepool.mark("%s")
+        tracepool.write_report(%r, holders=False)
+    """ % (hostile, "<b>mark</b>", str(saved)))
+    html = tmp_path / "hostile.html"
+    html.write_text(tracepool.render_report(saved.read_bytes(), "html"))
+    drawn(page, str(html))
+    assert page.evaluate("window.pwned === undefined")
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    page.click("#table-tabs button[data-table=live]")
+    assert any(hostile in t for t in texts(page, "tr.site-row td.site"))
+
+
+def test_ranks_and_devices_have_views_of_their_own(page, tmp_path):
+    for rank in (0, 1):
+        html_support.run_python("""
+            import tracepool
+            kept = [tracepool.alloc(%d << 20, device=0), tracepool.alloc(%d << 20, device=1)]
+            tracepool.write_report(%r, holders=False)
+        """ % (1 + rank, 3 + rank, str(tmp_path / "report.json")),
+            env={"TRACEPOOL_CONF": "backend:host,host_devices:2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                 "WORLD_SIZE": "2"})
+    files = [str(tmp_path / ("report-rank%d.json" % r)) for r in (0, 1)]
+    html = str(tmp_path / "ranks.html")
+    done = subprocess.run([sys.executable, "-m", "tracepool", "merge", "--format", "html", "-o", html] + files,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    drawn(page, html)
+    page.screenshot(os.path.join(SCREENSHOTS, "ranks.png"))
+    buttons = texts(page, "#views button")
+    assert buttons == ["all ranks", "rank 0", "rank 1", "all", "device 0", "device 1"], buttons
+    # All ranks: one branch of the flame graph each, and a device card per rank and device.
+    assert {"rank 0", "rank 1"} <= set(flame_names(page))
+    assert len(texts(page, "#devices .card")) == 4
+    page.click("#table-tabs button[data-table=live]")
+    assert page.evaluate("tracepoolView.flame.total") == (1 + 3 + 2 + 4) << 20
+    # One rank, one device: the figures of that device only.
+    page.click("#views button[data-report='1']")
+    page.click("#views button[data-device='1']")
+    assert page.evaluate("tracepoolView.flame.total") == 4 << 20
+    assert texts(page, "tr.site-row td:nth-child(2)") == ["4.00 MiB"]
+    assert len(texts(page, "#devices .card")) == 1
+    page.screenshot(os.path.join(SCREENSHOTS, "ranks-rank1-cuda1.png"))
+
+
+def test_a_hundred_thousand_blocks_draw_and_are_all_there(page, tmp_path):
+    saved = html_support.big_report(str(tmp_path))
+    html = str(tmp_path / "big.html")
+    done = subprocess.run([sys.executable, "-m", "tracepool", "report", saved, "--format", "html", "-o", html],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    drawn(page, html)
+    ready = page.evaluate("performance.now()")
+    print("100,000 blocks, 5,000 sites: drawn %.0f ms after navigation (tests/bench/html_bench.py times it)" % ready)
+    page.screenshot(os.path.join(SCREENSHOTS, "big.png"), full_page=False)
+    assert page.evaluate("tracepoolView.flame.root.sites") == 5000
+    page.click("#table-tabs button[data-table=live]")
+    assert "5,000 rows" in texts(page, "#table-note")[0]
+    assert len(texts(page, "tr.site-row")) == 200
+    page.click("button.more")
+    assert len(texts(page, "tr.site-row")) == 5000
+    assert page.errors == []
+
+
+def test_what_is_not_a_report_gets_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "tracepool.report/1", "stats": {}, "leaks": [{"bytes": -1}], "cached": [], "marks": []}')
+    done = subprocess.run([sys.executable, "-m", "tracepool", "report", str(bad), "--format", "html", "-o",
+                           str(tmp_path / "x.html")], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "bad.json" in done.stderr and "leaks[0]" in done.stderr, done.stderr
+    assert not (tmp_path / "x.html").exists()
+    done = subprocess.run([sys.executable, "-m", "tracepool", "merge", "--format", "html", str(bad), str(bad)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "bad.json" in done.stderr, done.stderr
