@@ -26,8 +26,9 @@
 # 575 s (call it with a 600 s limit). Its output goes to torch.log, the relay's figures to bench.json.
 #
 # OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log (with the stress
-# suite's and every compute-sanitizer run's output, each under a ==== header) bench.log bench.json
-# trace_bench.log torch.log summary.md. The build trees are outside OUTDIR:
+# suite's and every compute-sanitizer run's output, each under a ==== header) bench.log (the trace
+# bench's output at its end) bench.json torch.log pages.tar.gz (the HTML reports of the unmarked training
+# runs, to open or screenshot on another machine) summary.md. The build trees are outside OUTDIR:
 # $TRACEPOOL_GPU_BUILD, default /tmp/tracepool-gpu-build, and pyproject.toml's build/py-*; the venv is
 # $TRACEPOOL_GPU_VENV, default /tmp/tracepool-gpu-venv.
 set -u
@@ -43,7 +44,7 @@ case $STEPS in
 esac
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
-rm -f "$OUT"/{build,unit,conformance,bench,trace_bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md
+rm -f "$OUT"/{build,unit,conformance,bench,trace_bench,torch}.log "$OUT"/bench.json "$OUT"/summary.md "$OUT"/pages.tar.gz
 export PYTHONUNBUFFERED=1
 
 ROWS=()
@@ -234,6 +235,7 @@ growth_step() {
       printf '\n==== python -m tracepool report --top 4 %s.json ====\n' "$b"
       "$PY" -m tracepool report --top 4 "$WORK/unmarked/$b.json"
     done; } >>"$WORK/growth.log" 2>&1
+  tar -czf "$OUT/pages.tar.gz" -C "$WORK/unmarked" $(cd "$WORK/unmarked" && ls ./*.html 2>/dev/null) 2>>"$WORK/growth.log"
 }
 growth_rows() {
   { printf '\n==== growth without marks, who holds it ====\n'; cat "$WORK/growth.log"; } >>"$OUT/torch.log" 2>/dev/null
@@ -436,10 +438,10 @@ elif ((t == 0)); then
   row SKIP "trace bench" "time budget spent"
 else
   timeout -k 5 "$t" "$TRACE_BENCH" --benchmark_min_time=0.2s --benchmark_repetitions=3 \
-    --benchmark_out="$WORK/trace_bench.json" --benchmark_out_format=json >"$OUT/trace_bench.log" 2>&1
+    --benchmark_out="$WORK/trace_bench.json" --benchmark_out_format=json >"$WORK/trace_bench.log" 2>&1
   rc=$?
-  if ((rc == 124)); then row FAIL "trace bench" "timed out after $t s, see trace_bench.log"
-  elif ((rc != 0)); then row FAIL "trace bench" "exit $rc, see trace_bench.log"; fi
+  if ((rc == 124)); then row FAIL "trace bench" "timed out after $t s, see bench.log"
+  elif ((rc != 0)); then row FAIL "trace bench" "exit $rc, see bench.log"; fi
   # Medians of the repetitions; "added" is traced minus untagged, per allocation (one alloc+free).
   while IFS= read -r line; do ROWS+=("$line"); done < <(python3 - "$WORK/trace_bench.json" <<'PY'
 import json, statistics, sys
@@ -459,7 +461,7 @@ except (OSError, ValueError, KeyError) as e:
     print("FAIL|trace bench|no usable trace_bench.json: %s" % e); sys.exit()
 med = lambda k: statistics.median(vals[k]) if k in vals else None
 def why(name):
-    return "errored: " + errors[name] if name in errors else name + " missing, see trace_bench.log"
+    return "errored: " + errors[name] if name in errors else name + " missing, see bench.log"
 def verdict(ok):
     return "meets" if ok else "misses"
 base = med("BM_Pair/untagged")
@@ -660,6 +662,7 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
 fi  # STEPS == all
 
 # ---- Summary --------------------------------------------------------------------------------------
+[[ -f $WORK/trace_bench.log ]] && { printf '\n==== trace bench (tracepool_trace_bench) ====\n'; cat "$WORK/trace_bench.log"; } >>"$OUT/bench.log"
 nfail=0
 {
   echo "## tracepool GPU check: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date '+%F %T'), $SECONDS s"

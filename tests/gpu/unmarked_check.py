@@ -8,10 +8,13 @@ row per run: a bug's row passes when a site whose first frame in unmarked_train.
 line is flagged GROWING, no site at another line is, and its holder is named as expected; the clean
 run's when no site is flagged. A last row gives what automatic marking cost per allocation in the
 clean run: the time the library spent taking marks (auto_mark_seconds) plus the framework hooks'
-calls at their measured cost, over the allocations made (target <= 20 ns).
+calls at their measured cost, over the allocations made (target <= 20 ns). Each run also writes its
+report as an HTML page (`--html DIR/BUG.html`); a row checks that the page of the autograd-graph bug
+holds that run's report, with its growing site, its automatic marks and the device's accounting.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,7 +60,7 @@ def start(bug, out_dir):
     """The program under `python -m tracepool run`, started; finish() waits for it."""
     log = open(os.path.join(out_dir, bug + ".log"), "w")
     process = subprocess.Popen([sys.executable, "-m", "tracepool", "run", "-o", os.path.join(out_dir, bug + ".json"),
-                                PROGRAM, "--bug", bug, "--epochs", str(EPOCHS)], stdout=log, stderr=subprocess.STDOUT)
+                                "--html", os.path.join(out_dir, bug + ".html"), PROGRAM, "--bug", bug, "--epochs", str(EPOCHS)], stdout=log, stderr=subprocess.STDOUT)
     return process, log, time.monotonic()
 
 
@@ -164,6 +167,43 @@ def cost_row(r):
                             per_call, allocations)
 
 
+def html_row(bug, r, out_dir):
+    """The HTML page the run wrote beside its JSON: the same report, drawable (its growing site, the
+    automatic marks a timeline draws, the device's accounting). Drawn in a browser by the host's tests."""
+    step = "HTML report of a real training run (%s)" % bug
+    path = os.path.join(out_dir, bug + ".html")
+    if r is None:
+        return "FAIL|%s|the run failed" % step
+    try:
+        with open(path) as f:
+            page = f.read()
+    except OSError as e:
+        return "FAIL|%s|no page: %s" % (step, e)
+    found = re.search(r'<script type="application/json" id="tracepool-data">(.*?)</script>', page, re.S)
+    if not page.startswith("<!DOCTYPE html>") or not found:
+        return "FAIL|%s|%s is not tracepool's page" % (step, path)
+    data = json.loads(found.group(1))[0]
+    problems = []
+    if [s["bytes"] for s in data["leaks"]] != [s["bytes"] for s in r["leaks"]]:
+        problems.append("its sites are not the JSON report's")
+    growing = [s for s in data["leaks"] if s["growing"] and user_line(s) == marker_line(bug)]
+    if not growing:
+        problems.append("no growing site at the bug's line")
+    series = [s for s in data["leaks"] if s.get("live_at_auto_marks")]
+    marks = data.get("auto_marks", [])
+    if not marks or any(m.get("reserved_bytes") is None for m in marks) or not series:
+        problems.append("no timeline: %d automatic marks, %d site series" % (len(marks), len(series)))
+    device = data["devices"][0]
+    if not device.get("used_bytes") or device.get("processes") is None:
+        problems.append("no accounting: used %s, processes %s" % (device.get("used_bytes"), device.get("processes")))
+    detail = "%s, %.1f MiB: %d sites, growing at unmarked_train.py:%d; %d automatic marks with reserved bytes, %d site " \
+             "series; device used %s of %s, %d processes" % (
+                 os.path.basename(path), len(page) / (1 << 20), len(data["leaks"]), marker_line(bug), len(marks),
+                 len(series), mib(device.get("used_bytes", 0)), mib(device.get("total_bytes", 0)),
+                 len(device.get("processes") or []))
+    return "%s|%s|%s%s" % ("FAIL" if problems else "PASS", step, "; ".join(problems) + " | " if problems else "", detail)
+
+
 def main(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     # All at once, each its own process: nothing here is timed but the hooks' cost, measured after.
@@ -173,6 +213,8 @@ def main(out_dir):
     for bug in BUGS:
         r, took = finish(bug, out_dir, running[bug])
         rows.append(bug_row(bug, r, took))
+        if bug == "graph":
+            rows.append(html_row(bug, r, out_dir))
     rows.append(cost_row(clean))
     print("\n".join(rows))
 
