@@ -46,6 +46,9 @@
 
   // What ran the program rather than being it: runpy and `python -m tracepool run` itself.
   const LAUNCHER = /^<frozen |\/tracepool\/(_cli|__main__)\.py$|\/runpy\.py$/;
+  // Python's own library and installed packages (torch's modules, say): code the user did not write.
+  const LIBRARY = /\/(site|dist)-packages\/|\/lib\/python\d[\d.]*\/|^<frozen /;
+  const isLibrary = (f) => f.kind === "python" && LIBRARY.test(f.file || "");
 
   // The frames a reader reads, innermost first: the interpreter's own C frames never, nor the
   // launcher's frames outside the program; with `pythonOnly`, the Python frames alone where a stack
@@ -56,22 +59,29 @@
     while (outer > 1 && kept[outer - 1].kind === "python" && LAUNCHER.test(kept[outer - 1].file || "")) outer--;
     kept = kept.slice(0, outer);
     if (!pythonOnly) return kept;
-    const py = kept.filter((f) => f.kind === "python");
+    // The user's own Python lines, and the innermost frame (where in a library the memory was asked).
+    const innermost = kept.findIndex((f) => f.kind === "python");
+    const py = kept.filter((f, i) => f.kind === "python" && (!isLibrary(f) || i === innermost));
     return py.length ? py : kept;
   }
 
   // The lines a site is known by: its innermost readable frames (Python ones where it has any),
   // each caller after a "←", a file named once while it stays the same.
   function siteTitle(frames, most) {
-    const kept = readableFrames(frames, true).slice(0, most || 4);
+    let kept = readableFrames(frames, true);
+    // Where the user's code asked first, then the library line that allocated.
+    const own = kept.findIndex((f) => !isLibrary(f));
+    if (own > 0) kept = kept.slice(own).slice(0, (most || 4) - 1).concat([{ via: kept[0] }]);
+    kept = kept.slice(0, most || 4);
     if (!kept.length) return "(no call site known)";
     let file = null;
     return kept.map((f) => {
+      if (f.via) return "· via " + frameText(f.via, false);
       const same = f.file && f.file === file;
       file = f.file;
       if (!same) return frameText(f, false);
       return (f.function || "??") + " (:" + (f.line ?? "?") + ")";
-    }).join(" ← ");
+    }).join(" ← ").replace(" ← · via", " · via");
   }
 
   function showError(message) {
