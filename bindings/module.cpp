@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdint>
@@ -95,13 +96,31 @@ const char* c_text(const std::string& text, const char* what) {
 // re-taken by hand rather than by gil_scoped_release: while the interpreter finalises, a daemon
 // thread that re-takes the GIL exits by forced unwinding, and that terminates the process when it
 // passes through a destructor (which is noexcept).
+//
+// That forced unwind must leave every catch (...) it meets by a rethrow, as pybind11's does under
+// libstdc++ (abi::__forced_unwind). libc++ (the portable wheel, .ci/build_wheel.sh) has no such type,
+// so pybind11's catch (...) would end it and glibc would abort the process ("FATAL: exception not
+// rethrown"). There the daemon thread is parked instead, holding nothing, until the process exits
+// (what CPython 3.14 does to such threads): the handler below is never left, so the unwind never ends.
+void restore_thread(PyThreadState* saved) {
+#if defined(_LIBCPP_VERSION)
+  try {
+    PyEval_RestoreThread(saved);
+  } catch (...) {  // only pthread_exit's forced unwind comes out of a C function
+    for (;;) pause();
+  }
+#else
+  PyEval_RestoreThread(saved);
+#endif
+}
+
 template <typename Call>
 void call_without_gil(Call&& call) {
   PyThreadState* saved = PyEval_SaveThread();
   const int status = call();
   // Thread-local, and valid until this thread's next tracepool call: none happens before the raise.
   const char* message = status != TRACEPOOL_OK ? tracepool_last_error() : nullptr;
-  PyEval_RestoreThread(saved);
+  restore_thread(saved);
   if (status != TRACEPOOL_OK) raise_status(status, message);
 }
 

@@ -7,7 +7,7 @@ namespace tracepool::core {
 
 stream_pool::stream_pool(backend::backend& be, const capture_gate& gate, int device, backend::stream_handle stream,
                          uint64_t pool)
-    : stream_(stream), pool_(pool), device_(device), reuse_(be, gate, device, stream) {}
+    : stream_(stream), pool_(pool), reuse_(be, gate, device, stream) {}
 
 stream_pool::~stream_pool() {
   while (spare_ != nullptr) {

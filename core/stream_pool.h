@@ -82,7 +82,6 @@ class stream_pool {
   std::mutex mutex_;
   backend::stream_handle stream_;
   uint64_t pool_;
-  int device_;
   small_free_list small_;
   large_free_list large_;
   stat_table stats_;

@@ -67,6 +67,18 @@ def c_api():
     return lib
 
 
+def working_tool(*names):
+    """The path of the first of `names` on PATH that runs (`--version` succeeds), or None: the wheel's
+    test (tests/wheel/run.sh) replaces every compiler with /bin/false, which is found but cannot run."""
+    import shutil
+
+    for name in names:
+        path = shutil.which(name)
+        if path and subprocess.run([path, "--version"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
 @pytest.fixture
 def run_python(tmp_path):
     """Runs `code` in a child Python on the host backend; returns the finished process (text output).

@@ -8,7 +8,6 @@ import ctypes
 import inspect
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -16,7 +15,7 @@ import time
 import pytest
 
 import tracepool
-from conftest import Report
+from conftest import Report, working_tool
 from tracepool import _tracepool
 
 
@@ -254,7 +253,7 @@ int hold_gil_while_other_allocates(atomic_int* step, int seconds) {
 @pytest.fixture(scope="session")
 def gate(tmp_path_factory):
     """A C helper that lets one thread allocate while another provably holds the GIL."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    compiler = working_tool("cc", "gcc")
     if compiler is None:
         pytest.skip("no C compiler to build the gate helper")
     folder = tmp_path_factory.mktemp("gate")
