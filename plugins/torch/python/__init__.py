@@ -108,13 +108,9 @@ def install(conf: str | None = None) -> None:
             raise RuntimeError("tracepool.torch.install: tracepool's instance uses the %r backend (TRACEPOOL_CONF?); "
                                "PyTorch needs device memory, backend cuda" % backend)
 
-        torch_lib = _torch_lib_path()
-        if torch_lib is not None and _torch_lib.TORCH_VERSION != torch.__version__:
-            warnings.warn("tracepool.torch: libtracepool_torch.so was built against torch %s, not this torch %s; "
-                          "using PyTorch's CUDAPluggableAllocator instead (no CUDA graphs, MemPool or "
-                          "OutOfMemoryError): reinstall tracepool with --no-build-isolation under this torch"
-                          % (_torch_lib.TORCH_VERSION, torch.__version__), RuntimeWarning, stacklevel=2)
-            torch_lib = None
+        torch_lib, why_not = _shim_for(torch.__version__)
+        if why_not is not None:
+            warnings.warn(why_not, RuntimeWarning, stacklevel=2)
         allocator = _install_allocator_class(torch_lib) if torch_lib is not None else _install_pluggable()
         _installed = {"conf": conf, "allocator": allocator, "torch_lib": torch_lib}
         _patch_memory_functions(torch, allocator_class=torch_lib is not None)
@@ -122,6 +118,27 @@ def install(conf: str | None = None) -> None:
         _mark_boundaries(torch)
         if torch_lib is not None:
             _patch_graph_capture(torch)
+
+
+_WITHOUT_SHIM = ("using PyTorch's CUDAPluggableAllocator instead: CUDA graphs (torch.cuda.graph, "
+                 "torch.compile mode='reduce-overhead'), torch.cuda.MemPool and OOM observers are unavailable, and "
+                 "an allocation that fails is not torch.cuda.OutOfMemoryError (tracepool still prints its report "
+                 "of what held the memory). To have them, build tracepool against this torch: pip install "
+                 "--no-build-isolation --no-binary tracepool tracepool")
+
+
+def _shim_for(torch_version: str) -> tuple[str | None, str | None]:
+    """(libtracepool_torch.so's path, None) where it can serve this torch; else (None, why not), which
+    install() warns of (plugins/torch/torch_allocator.cpp: it subclasses
+    PyTorch's C++ allocator, so it is built against one torch and serves that one only)."""
+    torch_lib = _torch_lib_path()
+    if torch_lib is None:
+        return None, ("tracepool.torch: this tracepool has no libtracepool_torch.so (a binary wheel, or torch "
+                      "could not be imported when it was built); " + _WITHOUT_SHIM)
+    if _torch_lib.TORCH_VERSION != torch_version:
+        return None, ("tracepool.torch: libtracepool_torch.so was built against torch %s, not this torch %s; %s"
+                      % (_torch_lib.TORCH_VERSION, torch_version, _WITHOUT_SHIM))
+    return torch_lib, None
 
 
 def _install_allocator_class(path: str) -> None:
