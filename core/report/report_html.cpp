@@ -1,5 +1,5 @@
 // report_html.cpp: the HTML rendering of one or more reports: one self-contained page (no network, no
-// library) that holds the reports as JSON and draws them in the browser with report/html/report.js.
+// library) that holds the reports as JSON and draws them in the browser with the viewer in report/html.
 // The page's three files are built into the library (core/CMakeLists.txt embeds them), so a C host,
 // the TRACEPOOL_REPORT exit report and the Python package all write the same page.
 #include <string>

@@ -1,0 +1,83 @@
+// main.js: the HTML report's viewer, part 5 of 5 (model.js says how the parts fit): the header, the
+// views of ranks and devices, and the first drawing.
+
+// ---- Header and views ------------------------------------------------------------------------
+
+function drawHeader() {
+  if (!reports.length) return;
+  const r = reports[0];
+  const when = r.time_ns ? new Date(r.time_ns / 1e6).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "";
+  const reason = { exit: "at exit", demand: "on demand", oom: "at an out-of-memory error" }[r.reason] || r.reason;
+  const who = reports.length > 1 ? reports.length + " processes" :
+    (r.process ? "pid " + r.process.pid + " on " + r.process.host + (r.process.rank != null ? ", rank " +
+      r.process.rank + " of " + r.process.world_size : "") : "");
+  const cap = r.capture || {};
+  $("subtitle").textContent = [reason, when, who, r.backend + " backend",
+    "capture " + cap.mode + (cap.sample_bytes ? ", sampled every " + bytes(cap.sample_bytes) + " (figures estimated)" : "")]
+    .filter(Boolean).join(" · ");
+  const nav = $("views");
+  nav.replaceChildren();
+  if (reports.length > 1) {
+    nav.append(el("span", { class: "label", text: "process:" }));
+    const all = el("button", { type: "button", text: "all ranks", "data-report": "-1" });
+    nav.append(all);
+    reports.forEach((rep, i) => nav.append(el("button", { type: "button", text: rankName(rep, i), "data-report": String(i) })));
+  }
+  const devices = new Set();
+  reports.forEach((rep) => devicesOf(rep).forEach((d) => devices.add(d)));
+  if (devices.size > 1) {
+    nav.append(el("span", { class: "label", text: "  device:" }));
+    nav.append(el("button", { type: "button", text: "all", "data-device": "-1" }));
+    [...devices].sort((a, b) => a - b).forEach((d) =>
+      nav.append(el("button", { type: "button", text: deviceName(d), "data-device": String(d) })));
+  }
+  nav.addEventListener("click", (ev) => {
+    const b = ev.target.closest("button");
+    if (!b) return;
+    if (b.dataset.report != null) state.report = Number(b.dataset.report);
+    if (b.dataset.device != null) state.device = Number(b.dataset.device);
+    state.zoom = null;
+    state.open.clear();
+    drawAll();
+  });
+  $("footer").textContent = "tracepool report (schema " + (r.schema || "?") + "), " + reports.length +
+    (reports.length > 1 ? " reports" : " report") + ". Everything on this page is in this one file; it loads nothing.";
+}
+
+function markViews() {
+  for (const b of $("views").querySelectorAll("button")) {
+    const on = b.dataset.report != null ? Number(b.dataset.report) === state.report
+                                         : Number(b.dataset.device) === state.device;
+    b.classList.toggle("on", on);
+  }
+}
+
+// ---- Putting it together ---------------------------------------------------------------------
+
+function drawAll() {
+  markViews();
+  drawDevices();
+  drawFlame();
+  drawTimeline();
+  drawTable();
+}
+
+try {
+  drawHeader();
+  wireFlame();
+  wireTables();
+  // The growing table first when something grows: that is what the reader came for.
+  if (reports.some((r) => (r.leaks || []).some((s) => s.growing))) state.table = "growing";
+  if (!reports.some((r) => (r.leaks || []).concat(r.cached || []).some((s) => (s.frames || []).some((f) => f.kind === "python")))) {
+    state.pythonOnly = false;
+    $("flame-python").checked = false;
+  }
+  drawAll();
+} catch (e) {
+  showError("The report could not be drawn: " + e.message);
+  throw e;
+} finally {
+  // For tests and the curious: how long the first drawing took, and what it drew.
+  window.tracepoolView = { ms: performance.now() - started, state, flame, reports: reports.length };
+  document.body.dataset.ready = "1";
+}

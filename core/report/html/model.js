@@ -1,0 +1,151 @@
+// model.js: the HTML report's viewer, part 1 of 5: helpers, and the reports the page holds.
+//
+// The page (report.html) holds one or more reports of schema tracepool.report/1 (docs/report-schema.md)
+// as JSON, one per process (a merged page holds one per rank), and draws them with no library and no
+// network: a flame graph (icicle) on a canvas (flame.js), a timeline in SVG (timeline.js), and device
+// cards and tables in the DOM (tables.js); main.js draws the header and starts it all. The five files
+// run as one function, in that order (core/CMakeLists.txt joins them into the page). Text from a report
+// only ever reaches the page through textContent.
+
+const started = performance.now();
+const $ = (id) => document.getElementById(id);
+
+// ---- Helpers ---------------------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c != null) e.append(c);
+  return e;
+}
+
+function bytes(n) {
+  if (n == null || !isFinite(n)) return "?";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let u = 0;
+  let v = Math.abs(n);
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+  return (n < 0 ? "-" : "") + (u === 0 ? String(v) : v.toFixed(2)) + " " + units[u];
+}
+
+const count = (n) => (n == null ? "?" : Number(n).toLocaleString("en-US"));
+const percent = (part, whole) => (whole > 0 ? (100 * part / whole).toFixed(1) + "%" : "");
+const basename = (path) => (path ? String(path).replace(/^.*\//, "") : "");
+
+// A frame as one line: "function (file:line)"; what the report could not name says so.
+function frameText(f, full) {
+  const file = full ? f.file : basename(f.file);
+  if (f.kind === "python") return (f.function || "??") + " (" + (file || "?") + ":" + (f.line ?? "?") + ")";
+  let where = file ? " (" + file + (f.line != null ? ":" + f.line : "") + ")" : "";
+  if (!where && f.module) where = " [" + (full ? f.module : basename(f.module)) + "]";
+  return (f.function && f.function !== "??" ? f.function : f.address || "??") + where;
+}
+
+// What ran the program rather than being it: runpy and `python -m tracepool run` itself.
+const LAUNCHER = /^<frozen |\/tracepool\/(_cli|__main__)\.py$|\/runpy\.py$/;
+// Python's own library and installed packages (torch's modules, say): code the user did not write.
+const LIBRARY = /\/(site|dist)-packages\/|\/lib\/python\d[\d.]*\/|^<frozen /;
+const isLibrary = (f) => f.kind === "python" && LIBRARY.test(f.file || "");
+
+// The frames a reader reads, innermost first: the interpreter's own C frames never, nor the
+// launcher's frames outside the program; with `pythonOnly`, the Python frames alone where a stack
+// has any.
+function readableFrames(frames, pythonOnly) {
+  let kept = (frames || []).filter((f) => !f.interpreter);
+  let outer = kept.length;
+  while (outer > 1 && kept[outer - 1].kind === "python" && LAUNCHER.test(kept[outer - 1].file || "")) outer--;
+  kept = kept.slice(0, outer);
+  if (!pythonOnly) return kept;
+  // The user's own Python lines, and the innermost frame (where in a library the memory was asked).
+  const innermost = kept.findIndex((f) => f.kind === "python");
+  const py = kept.filter((f, i) => f.kind === "python" && (!isLibrary(f) || i === innermost));
+  return py.length ? py : kept;
+}
+
+// The lines a site is known by: its innermost readable frames (Python ones where it has any),
+// each caller after a "←", a file named once while it stays the same.
+function siteTitle(frames, most) {
+  let kept = readableFrames(frames, true);
+  // Where the user's code asked first, then the library line that allocated.
+  const own = kept.findIndex((f) => !isLibrary(f));
+  if (own > 0) kept = kept.slice(own).slice(0, (most || 4) - 1).concat([{ via: kept[0] }]);
+  kept = kept.slice(0, most || 4);
+  if (!kept.length) return "(no call site known)";
+  let file = null;
+  return kept.map((f) => {
+    if (f.via) return "· via " + frameText(f.via, false);
+    const same = f.file && f.file === file;
+    file = f.file;
+    if (!same) return frameText(f, false);
+    return (f.function || "??") + " (:" + (f.line ?? "?") + ")";
+  }).join(" ← ").replace(" ← · via", " · via");
+}
+
+function showError(message) {
+  const box = $("error");
+  box.hidden = false;
+  box.textContent = (box.textContent ? box.textContent + "\n" : "") + message;
+}
+
+// ---- The data --------------------------------------------------------------------------------
+
+let reports;
+try {
+  reports = JSON.parse($("tracepool-data").textContent);
+  if (!Array.isArray(reports)) reports = [reports];
+} catch (e) {
+  showError("This page holds no readable report: " + e.message);
+  reports = [];
+}
+
+function rankName(r, i) {
+  const p = r.process || {};
+  if (p.rank != null) return "rank " + p.rank;
+  return reports.length > 1 ? "process " + (p.pid ?? i) : "this process";
+}
+
+// What the page shows now: one report (or every report, merged) and one device (or all).
+const state = { report: reports.length > 1 ? -1 : 0, device: -1, flameKind: "live", pythonOnly: true,
+                search: "", zoom: null, table: "live", sort: { key: "bytes", dir: -1 }, open: new Set(),
+                shown: 200 };
+
+function chosenReports() {
+  return state.report < 0 ? reports.map((r, i) => [r, i]) : [[reports[state.report], state.report]];
+}
+
+// A site's bytes and blocks on the chosen device: its by_device share, or all of it where the
+// report has one device only (or predates by_device, which the caption says).
+function onDevice(site, r) {
+  if (state.device < 0) return { bytes: site.bytes, blocks: site.blocks };
+  const shares = site.by_device;
+  if (shares && shares.length) {
+    const s = shares.find((d) => d.device === state.device);
+    return s ? { bytes: s.bytes, blocks: s.blocks } : null;
+  }
+  return (r.devices || []).length <= 1 ? { bytes: site.bytes, blocks: site.blocks } : null;
+}
+
+// Every entry of one list ("leaks", "cached", ...) of the chosen reports, with its figures on the
+// chosen device and the report it came from.
+function entries(list) {
+  const out = [];
+  for (const [r, ri] of chosenReports()) {
+    for (const [index, s] of (r[list] || []).entries()) {
+      const share = list === "leaks" || list === "cached" ? onDevice(s, r) : { bytes: s.bytes, blocks: s.blocks };
+      if (!share || share.bytes <= 0 && share.blocks <= 0) continue;
+      if (list === "pools" && state.device >= 0 && s.device !== state.device) continue;
+      out.push({ s, r, ri, index, bytes: share.bytes, blocks: share.blocks });
+    }
+  }
+  return out;
+}
+
+function devicesOf(r) { return (r.devices || []).map((d) => d.device); }
+
+// What a device is called: CUDA's name for it, or the host backend's emulated device.
+const deviceName = (d) => (reports.length && reports[0].backend === "cuda" ? "cuda:" : "device ") + d;

@@ -1,0 +1,186 @@
+// tables.js: the HTML report's viewer, part 4 of 5 (model.js says how the parts fit).
+
+// ---- Device cards: nvidia-smi's memory, by what holds it -------------------------------------
+
+function stat(r, device, key) {
+  const s = (r.stats || {})[String(device)] || {};
+  return s[key + ".all.current"] ?? s[key] ?? 0;
+}
+
+function deviceCard(r, ri, d) {
+  const allocated = stat(r, d.device, "allocated_bytes");
+  const reserved = stat(r, d.device, "reserved_bytes");
+  const peak = ((r.stats || {})[String(d.device)] || {})["allocated_bytes.all.peak"];
+  const cached = Math.max(0, reserved - allocated);
+  const title = (reports.length > 1 ? rankName(r, ri) + ", " : "") + deviceName(d.device);
+  const card = el("div", { class: "card" }, el("h3", { text: title }));
+  const used = d.used_bytes || 0;
+  const total = d.total_bytes || 0;
+  const scale = Math.max(total, used, reserved, 1);
+  let others = 0;
+  for (const p of d.processes || []) if (p.pid !== (r.process || {}).pid && p.used_bytes != null) others += p.used_bytes;
+  const outside = Math.max(0, (used ? used : reserved) - reserved - others);
+  const parts = [["live", allocated, "allocated by live blocks"], ["cached", cached, "cached: reserved but free"],
+                 ["outside", outside, "outside tracepool in this process and the driver (CUDA context, libraries)"],
+                 ["others", others, "other processes"]];
+  const bar = el("div", { class: "bar", title: "the device's memory, " + bytes(total || scale) });
+  const keys = el("div", { class: "keys" });
+  for (const [cls, value, what] of parts) {
+    if (value <= 0) continue;
+    bar.append(el("span", { class: cls, style: "width:" + (100 * value / scale).toFixed(3) + "%", title: what + ": " + bytes(value) }));
+    keys.append(el("span", {}, el("i", { class: cls, style: "background:var(--" + cls + ")" }), what + " " + bytes(value)));
+  }
+  card.append(bar, keys);
+  card.append(el("p", { text: "tracepool: " + bytes(allocated) + " allocated" + (peak != null ? " (peak " + bytes(peak) + ")" : "") +
+    ", " + bytes(reserved) + " reserved, " + bytes(d.cached_bytes ?? cached) + " cached (largest free block " +
+    bytes(d.largest_free_block) + ")" }));
+  if (used) {
+    card.append(el("p", { text: "driver: " + bytes(used) + " used of " + bytes(total) + " (what nvidia-smi shows); " +
+      bytes(d.outside_bytes ?? Math.max(0, used - reserved)) + " of it outside tracepool's reserve" }));
+  } else {
+    card.append(el("p", { class: "detail", text: "the driver gave no figure for the whole device" }));
+  }
+  if (d.processes) {
+    const list = d.processes.map((p) => "pid " + p.pid + (p.pid === (r.process || {}).pid ? " (this process)" : "") + ": " +
+      (p.used_bytes == null ? "not visible" : bytes(p.used_bytes)));
+    card.append(el("p", { text: "by process (NVML's list): " + (list.length ? list.join("; ") : "none listed") }));
+  } else if (d.processes_note) {
+    card.append(el("p", { class: "detail", text: "by process: " + d.processes_note }));
+  }
+  return card;
+}
+
+function drawDevices() {
+  const box = $("devices");
+  box.replaceChildren();
+  for (const [r, ri] of chosenReports())
+    for (const d of r.devices || [])
+      if (state.device < 0 || d.device === state.device) box.append(deviceCard(r, ri, d));
+  if (!box.children.length) box.append(el("p", { class: "detail", text: "no device in this report" }));
+}
+
+// ---- Tables ----------------------------------------------------------------------------------
+
+const TABLES = {
+  live: { title: "Live", list: "leaks", note: (r) => r.reason === "exit" ?
+    "Leaked: memory still allocated at exit, by call site." : "Live: memory allocated now, by call site." },
+  growing: { title: "Growing", list: "leaks", filter: (e) => e.s.growing,
+    note: (r) => "Sites whose live memory grew across the " + (r.growth_basis === "automatic marks" ? "automatic marks" : "marks") +
+      (r.growth_basis === "none" ? " (too few marks were made to tell)" : "") + "." },
+  retained: { title: "Retained", list: "retained",
+    note: () => "Live blocks that outlived marks, by site and the mark before their birth." },
+  cached: { title: "Cached", list: "cached",
+    note: () => "Reserved but free: the cache (empty_cache gives whole free segments back), by the site that last used it." },
+  pools: { title: "Private pools", list: "pools",
+    note: () => "Memory of CUDA graphs and memory pools, neither leaked nor cache." },
+};
+
+const COLUMNS = {
+  leaks: [["bytes", "bytes", (e) => e.bytes], ["blocks", "blocks", (e) => e.blocks], ["peak", "peak", (e) => e.s.peak_bytes],
+          ["total", "allocated in all", (e) => e.s.total_bytes]],
+  retained: [["bytes", "bytes", (e) => e.bytes], ["blocks", "blocks", (e) => e.blocks],
+             ["survived", "marks survived", (e) => e.s.marks_survived]],
+  cached: [["bytes", "bytes", (e) => e.bytes], ["blocks", "free blocks", (e) => e.blocks],
+           ["largest", "largest", (e) => e.s.largest_free_block], ["split", "in partly used segments", (e) => e.s.inactive_split_bytes]],
+  pools: [["reserved", "reserved", (e) => e.s.reserved_bytes], ["bytes", "live", (e) => e.bytes],
+          ["cached", "free inside", (e) => e.s.cached_bytes]],
+};
+
+function stackView(e) {
+  const box = el("div", { class: "stack" });
+  const s = e.s;
+  if (s.held_by && s.held_by.length) {
+    for (const h of s.held_by)
+      box.append(el("div", { class: "holder", text: "held by " + h.holder + ": " + bytes(h.bytes) + " in " + count(h.blocks) +
+        " blocks" + (h.example ? ", e.g. " + h.example : "") }));
+  }
+  if (s.live_at_marks && s.live_at_marks.length)
+    box.append(el("div", { text: "live at the marks: " + s.live_at_marks.slice(-12).map(bytes).join("  ") +
+      (s.live_at_marks.length > 12 ? "  (last 12 of " + s.live_at_marks.length + ")" : "") }));
+  if (s.by_device && s.by_device.length > 1)
+    box.append(el("div", { text: "by device: " + s.by_device.map((d) => deviceName(d.device) + " " + bytes(d.bytes)).join(", ") }));
+  if (s.born_after_mark !== undefined)
+    box.append(el("div", { text: "born after mark: " + (s.born_after_mark ?? "(before the first mark)") }));
+  if (s.label) box.append(el("div", { text: s.label + " on device " + s.device + ", created at:" }));
+  const frames = (s.frames || []).filter((f) => !f.interpreter);
+  if (!frames.length) box.append(el("div", { text: "(no frames: capture was off, or the site table was full)" }));
+  for (const f of frames)
+    box.append(el("div", { class: f.kind === "python" ? "py" : "native", text: "at " + frameText(f, true) +
+      (f.kind === "native" && f.module && f.file ? "  [" + basename(f.module) + "]" : "") + (f.borrowed ? "  (borrowed)" : "") }));
+  if (s.sites && s.sites.length) {
+    box.append(el("div", { text: "its live blocks come from:" }));
+    for (const p of s.sites) box.append(el("div", { text: "  " + bytes(p.bytes) + " at " + siteTitle(p.frames) }));
+  }
+  return box;
+}
+
+function drawTable() {
+  const spec = TABLES[state.table];
+  const tabs = $("table-tabs");
+  for (const b of tabs.querySelectorAll("button")) b.classList.toggle("on", b.dataset.table === state.table);
+  let rows = entries(spec.list);
+  if (spec.filter) rows = rows.filter(spec.filter);
+  const columns = COLUMNS[spec.list];
+  const sortBy = columns.find((c) => c[0] === state.sort.key) || columns[0];
+  rows.sort((a, b) => state.sort.dir * ((sortBy[2](a) ?? 0) - (sortBy[2](b) ?? 0)) || a.index - b.index);
+  const first = chosenReports()[0];
+  $("table-note").textContent = (first ? spec.note(first[0]) : "") + " " + count(rows.length) + " rows" +
+    (state.device >= 0 ? " with memory on " + deviceName(state.device) + " (bytes and blocks on it; the other figures are " +
+     "of every device)" : "") + ". Click a row for its whole stack, a heading to sort.";
+  const multi = state.report < 0 && reports.length > 1;
+  const head = el("tr", {}, el("th", { text: "#" }));
+  for (const [key, title] of columns) {
+    const th = el("th", { text: title, "data-key": key });
+    if (key === sortBy[0]) th.setAttribute("aria-sort", state.sort.dir < 0 ? "descending" : "ascending");
+    head.append(th);
+  }
+  if (multi) head.append(el("th", { text: "process" }));
+  head.append(el("th", { text: spec.list === "pools" ? "pool" : "site" }));
+  head.addEventListener("click", (ev) => {
+    const key = ev.target.dataset && ev.target.dataset.key;
+    if (!key) return;
+    state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : -1 };
+    drawTable();
+  });
+  const body = el("tbody");
+  const span = columns.length + (multi ? 3 : 2);
+  rows.slice(0, state.shown).forEach((e, i) => {
+    const id = state.table + ":" + e.ri + ":" + e.index;
+    const site = el("td", { class: "site" });
+    if (spec.list === "pools") site.append(e.s.label + " ");
+    site.append(siteTitle(e.s.frames));
+    if (e.s.growing && spec.list === "leaks") site.append(" ", el("span", { class: "badge", text: "GROWING" }));
+    if ((e.s.tags || []).length) site.append(" [" + e.s.tags.join("/") + "]");
+    if (e.s.held_by && e.s.held_by.length) site.append(el("div", { class: "holder", text: "held by " + e.s.held_by[0].holder }));
+    const tr = el("tr", { class: "site-row" + (state.open.has(id) ? " open" : ""), "data-id": id }, el("td", { class: "num", text: String(i + 1) }));
+    for (const [key, , value] of columns) {
+      const v = value(e);
+      tr.append(el("td", { class: "num", text: key === "blocks" || key === "survived" ? count(v) : bytes(v) }));
+    }
+    if (multi) tr.append(el("td", { text: rankName(e.r, e.ri) }));
+    tr.append(site);
+    tr.addEventListener("click", () => {
+      if (state.open.has(id)) state.open.delete(id); else state.open.add(id);
+      drawTable();
+    });
+    body.append(tr);
+    if (state.open.has(id)) body.append(el("tr", { class: "stack-row" }, el("td", { colspan: String(span) }, stackView(e))));
+  });
+  const table = el("table", {}, el("thead", {}, head), body);
+  const box = $("table-box");
+  box.replaceChildren(table);
+  if (rows.length > state.shown)
+    box.append(el("button", { type: "button", class: "more", text: "show all " + count(rows.length) + " rows",
+      onclick: () => { state.shown = Infinity; drawTable(); } }));
+}
+
+function wireTables() {
+  const tabs = $("table-tabs");
+  for (const [key, spec] of Object.entries(TABLES))
+    tabs.append(el("button", { type: "button", text: spec.title, "data-table": key, onclick: () => {
+      state.table = key;
+      state.sort = { key: COLUMNS[spec.list][0][0], dir: -1 };
+      state.shown = 200;
+      drawTable();
+    } }));
+}
