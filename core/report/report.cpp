@@ -296,6 +296,15 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
     r.devices.push_back(std::move(ds));
   }
 
+  if (const history* h = a.allocation_history(); h != nullptr) {  // Note [Timeline from the history]
+    const std::vector<history_entry> entries = h->entries(&r.history_events);
+    std::vector<device_figures> now;
+    for (const device_summary& d : r.devices)
+      now.push_back(device_figures{d.device, d.stats.table.at(stat_kind::allocated_bytes, all_pools).current,
+                                   d.stats.table.at(stat_kind::reserved_bytes, all_pools).current});
+    r.timeline = timelines_from(entries, now);
+  }
+
   // 2. Describe: names, files and lines, only now, each address once.
   site_describer describer(sites);
   for (const auto& [site, l] : live) describer.want(site);

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "report/growth.h"
 #include "report/process_info.h"
+#include "report/timeline.h"
 #include "trace/call_site_table.h"
 #include "trace/symbolizer.h"
 
@@ -198,6 +199,11 @@ struct report {
   double auto_mark_seconds = 0;     // spent taking them, in all
   std::string growth_basis = "none";  // growth_basis_* below
   holder_search holders;
+  // From the allocation history (history:N; empty without one): each device's allocated and reserved
+  // bytes after each event it still holds (Note [Timeline from the history]), and the events recorded
+  // in all.
+  std::vector<device_timeline> timeline;
+  uint64_t history_events = 0;
   // Set for reason "oom".
   int oom_device = -1;
   size_t oom_requested = 0;

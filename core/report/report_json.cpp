@@ -213,6 +213,18 @@ std::string to_json(const report& r) {
   j.key("auto_mark_ms"), j.value(static_cast<int64_t>(r.auto_mark_ms));
   j.key("auto_mark_seconds"), j.value(r.auto_mark_seconds);
   j.key("growth_basis"), j.value(r.growth_basis);
+  objects(j, "timeline", r.timeline, [&](const device_timeline& t) {
+    j.key("device"), j.value(static_cast<int64_t>(t.device));
+    j.key("points");
+    j.open('[');
+    for (const timeline_point& p : t.points) {
+      j.open('[');
+      j.value(static_cast<int64_t>(p.time_ns)), j.value(p.allocated_bytes), j.value(p.reserved_bytes);
+      j.close(']');
+    }
+    j.close(']');
+  });
+  j.key("history_events"), j.value(static_cast<int64_t>(r.history_events));
   j.key("holder_search");
   if (!r.holders.made) {
     j.null();

@@ -414,6 +414,33 @@ bool read_growth(report_reader& in, const json& doc, report* r) {
          in.string(*h, "holder_search", "note", &r->holders.note);
 }
 
+// The history's timeline (absent without history:N and in older reports): each device once, each
+// point [time_ns, allocated_bytes, reserved_bytes], times never going back.
+bool read_timeline(report_reader& in, const json& doc, report* r) {
+  if (!in.count(doc, "", "history_events", &r->history_events)) return false;
+  return in.list(doc, "", "timeline", [&](const json& item, const std::string& where, size_t) {
+    device_timeline t;
+    if (!in.object(item, where, {"device", "points"}) || !in.count(item, where, "device", &t.device)) return false;
+    for (const device_timeline& seen : r->timeline)
+      if (seen.device == t.device) return in.fail(where + ".device " + std::to_string(t.device) + " is listed twice");
+    if (!in.list(item, where, "points", [&](const json& p, const std::string& at, size_t) {
+          if (!p.is_array() || p.size() != 3) return in.fail(at + " must be [time_ns, allocated_bytes, reserved_bytes]");
+          timeline_point point;
+          if (!in.count_value(p[0], at + "[0]", &point.time_ns) ||
+              !in.count_value(p[1], at + "[1]", &point.allocated_bytes) ||
+              !in.count_value(p[2], at + "[2]", &point.reserved_bytes))
+            return false;
+          if (!t.points.empty() && point.time_ns < t.points.back().time_ns)
+            return in.fail(at + " is earlier than the point before it");
+          t.points.push_back(point);
+          return true;
+        }))
+      return false;
+    r->timeline.push_back(std::move(t));
+    return true;
+  });
+}
+
 bool read_retained(report_reader& in, const json& v, const std::string& path, saved_retained* t) {
   if (!in.object(v, path, {"bytes", "blocks"}) || !in.count(v, path, "site", &t->site) ||
       !in.count(v, path, "bytes", &t->summary.bytes) || !in.count(v, path, "blocks", &t->summary.blocks) ||
@@ -525,7 +552,7 @@ bool read_body(report_reader& in, const json& doc, report* r) {
   if (r->marks_made < r->marks.size() || (r->marks_made > r->marks.size() && r->marks.size() < 2))
     return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
                    " marks kept: a report keeps every mark made, or the first, the latest and some between");
-  if (!read_growth(in, doc, r)) return false;
+  if (!read_growth(in, doc, r) || !read_timeline(in, doc, r)) return false;
   if (const auto p = doc.find("process"); p != doc.end()) {  // absent from reports before Note [Ranks]
     if (!in.object(*p, "process") || !in.count(*p, "process", "pid", &r->process.pid) ||
         !in.string(*p, "process", "host", &r->process.host) ||

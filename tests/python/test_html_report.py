@@ -182,6 +182,35 @@ def test_ranks_and_devices_have_views_of_their_own(page, tmp_path):
     page.screenshot(os.path.join(SCREENSHOTS, "ranks-rank1-cuda1.png"))
 
 
+def test_with_the_allocation_history_the_timeline_follows_every_event(page, tmp_path):
+    saved = tmp_path / "history.json"
+    html_support.run_python("""
+        import tracepool
+        kept = []
+        for epoch in range(3):
+            for step in range(20):
+                scratch = tracepool.alloc(3 << 20)
+                kept.append(tracepool.alloc(1 << 20))
+                tracepool.free(scratch)
+            tracepool.mark("epoch %%d" %% epoch)
+        tracepool.write_report(%r, holders=False)
+    """ % str(saved), env={"TRACEPOOL_CONF": "backend:host,history:10000"})
+    data = json.loads(saved.read_text())
+    points = data["timeline"][0]["points"]
+    assert data["history_events"] == len(points) >= 120
+    html = tmp_path / "history.html"
+    html.write_text(tracepool.render_report(saved.read_bytes(), "html"))
+    drawn(page, str(html))
+    page.screenshot(os.path.join(SCREENSHOTS, "history-timeline.png"))
+    legend = " ".join(texts(page, "#timeline-legend span"))
+    assert "allocation history: %d events" % len(points) in legend, legend
+    drawn_points = page.evaluate("document.querySelector('#timeline-box path[data-series=allocated]')"
+                                 ".getAttribute('d').split(/[ML]/).length - 1")
+    assert drawn_points == 2 * len(points) - 1, "a step after every event"
+    # Its highest allocated figure is the run's peak: the scratch block on top of everything kept.
+    assert max(p[1] for p in points) == data["stats"]["0"]["allocated_bytes.all.peak"]
+
+
 def test_a_hundred_thousand_blocks_draw_and_are_all_there(page, tmp_path):
     saved = html_support.big_report(str(tmp_path))
     html = str(tmp_path / "big.html")

@@ -2,6 +2,7 @@
 // every way out of the library. What the page draws is tested in a browser (tests/python/test_html_report.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,83 @@ TEST(ReportFigures, MarksRecordReservedBytesAndOldReportsHaveNone) {
   for (json& m : old["marks"]) m.erase("reserved_bytes");
   const json read_back = json::parse(render(old.dump(), "json"));
   for (const json& m : read_back["marks"]) EXPECT_FALSE(m.contains("reserved_bytes")) << "not made up: " << m.dump();
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+}  // namespace
+
+namespace {
+
+// Note [Timeline from the history]: the figures after each event, walked back from the statistics.
+TEST(ReportFigures, TheHistoryGivesAllocatedAndReservedAfterEachEvent) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,history:64,validate:on", &tp), TRACEPOOL_OK);
+  void* a = allocate_here(tp, 1 << 20);   // a small segment (2 MiB) and a block
+  void* b = allocate_here(tp, 3 << 20);   // a large segment (20 MiB) and a block
+  ASSERT_EQ(tracepool_free(tp, a, nullptr), TRACEPOOL_OK);
+  tracepool_stats_t stats{};
+  stats.size = sizeof stats;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &stats), TRACEPOOL_OK);
+  const json r = report_of(tp);
+  ASSERT_EQ(r["timeline"].size(), 1u) << r["timeline"].dump();
+  const json& points = r["timeline"][0]["points"];
+  EXPECT_EQ(r["history_events"], 5) << "two segments, two allocations, one free";
+  ASSERT_EQ(points.size(), 5u) << points.dump();
+  for (size_t i = 1; i < points.size(); ++i) EXPECT_GE(points[i][0], points[i - 1][0]) << "oldest first";
+  // After the first segment: reserved, nothing allocated; after the last event: the statistics now.
+  EXPECT_EQ(points[0][1], 0);
+  EXPECT_GT(points[0][2].get<int64_t>(), 0);
+  EXPECT_EQ(points[4][1].get<int64_t>(), static_cast<int64_t>(stats.allocated_bytes.current));
+  EXPECT_EQ(points[4][2].get<int64_t>(), static_cast<int64_t>(stats.reserved_bytes.current));
+  int64_t most = 0;
+  for (const json& p : points) most = std::max(most, p[1].get<int64_t>());
+  EXPECT_EQ(most, static_cast<int64_t>(stats.allocated_bytes.peak));
+
+  json bad = r;
+  bad["timeline"][0]["points"][3][0] = 0;
+  int rc = 0;
+  const std::string message = render(bad.dump(), "text", 0, &rc, "r.json");
+  EXPECT_EQ(rc, TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("r.json: timeline[0].points[3] is earlier than the point before it"), std::string::npos)
+      << message;
+  EXPECT_EQ(json::parse(render(r.dump(), "json"))["timeline"], r["timeline"]) << "read back as written";
+  ASSERT_EQ(tracepool_free(tp, b, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+TEST(ReportFigures, ALongHistoryIsThinnedKeepingItsPeak) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,history:8192,validate:on", &tp), TRACEPOOL_OK);
+  std::vector<void*> held;
+  for (int i = 0; i < 3000; ++i) {
+    held.push_back(allocate_here(tp, 4096));
+    if (i % 3 == 2) {  // every third block freed at once: the peak is passed between two points
+      ASSERT_EQ(tracepool_free(tp, held.back(), nullptr), TRACEPOOL_OK);
+      held.pop_back();
+    }
+  }
+  tracepool_stats_t stats{};
+  stats.size = sizeof stats;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &stats), TRACEPOOL_OK);
+  const json r = report_of(tp);
+  const json& points = r["timeline"][0]["points"];
+  EXPECT_EQ(points.size(), 1024u);
+  int64_t most = 0;
+  for (const json& p : points) most = std::max(most, p[1].get<int64_t>());
+  EXPECT_EQ(most, static_cast<int64_t>(stats.allocated_bytes.peak)) << "no peak lost";
+  EXPECT_EQ(points.back()[1].get<int64_t>(), static_cast<int64_t>(stats.allocated_bytes.current));
+  for (void* p : held) ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+TEST(ReportFigures, WithoutAHistoryThereIsNoTimeline) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
+  void* p = allocate_here(tp, 4096);
+  const json r = report_of(tp);
+  EXPECT_EQ(r["timeline"], json::array());
+  EXPECT_EQ(r["history_events"], 0);
   ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
   tracepool_destroy(tp);
 }

@@ -124,7 +124,7 @@ function drawTable() {
   const sortBy = columns.find((c) => c[0] === state.sort.key) || columns[0];
   rows.sort((a, b) => state.sort.dir * ((sortBy[2](a) ?? 0) - (sortBy[2](b) ?? 0)) || a.index - b.index);
   const first = chosenReports()[0];
-  $("table-note").textContent = (first ? spec.note(first[0]) : "") + " " + count(rows.length) + " rows" +
+  $("table-note").textContent = (first ? spec.note(first[0]) : "") + " " + count(rows.length) + (rows.length === 1 ? " row" : " rows") +
     (state.device >= 0 ? " with memory on " + deviceName(state.device) + " (bytes and blocks on it; the other figures are " +
      "of every device)" : "") + ". Click a row for its whole stack, a heading to sort.";
   const multi = state.report < 0 && reports.length > 1;

@@ -1,6 +1,8 @@
 // timeline.js: the HTML report's viewer, part 3 of 5 (model.js says how the parts fit).
 
 // ---- Timeline: allocated, reserved and the top sites' live bytes at each mark -----------------
+// With the allocation history (history:N), allocated and reserved come from it, after every event
+// (report "timeline", per device); the marks then give the site lines and the ticks.
 
 const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs) {
@@ -45,15 +47,22 @@ function drawTimeline() {
   }
   const r = reports[state.report];
   const { points, sites } = seriesOf(r);
-  if (points.length < 2) {
+  const history = (r.timeline || []).filter((h) => (state.device < 0 || h.device === state.device) && h.points.length);
+  if (points.length < 2 && !history.length) {
     box.append(el("p", { class: "detail", text: "No marks were made, so there is nothing over time: call tracepool.mark() at " +
       "each epoch, or let automatic marks run (auto_mark_ms in TRACEPOOL_CONF; tracepool.torch marks optimizer steps)." }));
     return;
   }
   const width = Math.max(480, box.clientWidth), height = 280, left = 78, right = 16, top = 12, bottom = 34;
-  const t0 = points[0].t, t1 = Math.max(points[points.length - 1].t, t0 + 1);
+  let t0 = points[0].t, t1 = points[points.length - 1].t;
   let most = 1;
   for (const p of points) most = Math.max(most, p.live, p.reserved ?? 0);
+  for (const h of history) {
+    t0 = Math.min(t0, h.points[0][0]);
+    t1 = Math.max(t1, h.points[h.points.length - 1][0]);
+    for (const [, a, res] of h.points) most = Math.max(most, a, res);
+  }
+  t1 = Math.max(t1, t0 + 1);
   for (const l of sites) for (const [, v] of l.values) most = Math.max(most, v);
   const x = (t) => left + (width - left - right) * (t - t0) / (t1 - t0);
   const y = (v) => top + (height - top - bottom) * (1 - v / most);
@@ -93,14 +102,26 @@ function drawTimeline() {
     if (dash) path.setAttribute("stroke-dasharray", dash);
     root.append(path);
   };
-  const reservedPoints = points.filter((p) => p.reserved != null && p.reserved >= 0).map((p) => [p.t, p.reserved]);
-  if (reservedPoints.length >= 2) line(reservedPoints, "#8a94a6", 2, "6,3", "reserved");
-  line(points.map((p) => [p.t, p.live]), "#3b6fd8", 2.5, null, "allocated");
   const key = (color, text, cls, dash) => legend.append(el("span", { class: cls || "" },
     el("i", { style: "background:" + color + (dash ? ";height:2px;border-top:1px dashed " + color : "") }), text));
-  key("#3b6fd8", "allocated (requested bytes live, all devices)");
-  if (reservedPoints.length >= 2) key("#8a94a6", "reserved (what nvidia-smi counts of tracepool)", "", true);
-  else key("#8a94a6", "reserved: not recorded at these marks (a report made before it was)", "");
+  if (history.length) {
+    history.forEach((h, i) => {
+      const which = history.length > 1 || devicesOf(r).length > 1 ? deviceName(h.device) + " " : "";
+      const steps = (k) => h.points.flatMap(([t, ...v], j) => (j ? [[t, h.points[j - 1][k]], [t, v[k - 1]]] : [[t, v[k - 1]]]));
+      line(steps(2), i ? "#5a6478" : "#8a94a6", 1.5, "6,3", "reserved");
+      line(steps(1), i ? "#1e3f8a" : "#3b6fd8", 1.5, null, "allocated");
+      key(i ? "#1e3f8a" : "#3b6fd8", which + "allocated (blocks' bytes after each event of the allocation history: " +
+        count(r.history_events) + " events, the last " + count(h.points.length) + " points)");
+      key(i ? "#5a6478" : "#8a94a6", which + "reserved (what nvidia-smi counts of tracepool)", "", true);
+    });
+  } else {
+    const reservedPoints = points.filter((p) => p.reserved != null && p.reserved >= 0).map((p) => [p.t, p.reserved]);
+    if (reservedPoints.length >= 2) line(reservedPoints, "#8a94a6", 2, "6,3", "reserved");
+    line(points.map((p) => [p.t, p.live]), "#3b6fd8", 2.5, null, "allocated");
+    key("#3b6fd8", "allocated (requested bytes live at each mark, all devices)");
+    if (reservedPoints.length >= 2) key("#8a94a6", "reserved (what nvidia-smi counts of tracepool)", "", true);
+    else key("#8a94a6", "reserved: not recorded at these marks (a report made before it was)", "");
+  }
   sites.forEach((l, i) => {
     const color = l.growing ? SITE_COLORS[i % 4] : SITE_COLORS[4 + (i % 4)];
     line(l.values, color, l.growing ? 2 : 1.2, l.growing ? null : "3,2", "site");
