@@ -52,5 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (render(saved.data(), saved.size(), "text", top, &rc) != text || rc != TRACEPOOL_OK)
     broken("the library's JSON of the input renders to another text", saved);
   if (render(saved.data(), saved.size(), "json", 0, &rc) != saved) broken("the library's JSON is not stable", saved);
+  // The HTML page holds the report in a script element: nothing in it may open a tag (end the script).
+  const std::string page = render(json, size, "html", 0, &rc);
+  if (rc != TRACEPOOL_OK) broken("a report rendered as text is refused as HTML", page);
+  const std::string opening = "id=\"tracepool-data\">";
+  const size_t at = page.find(opening);
+  if (at == std::string::npos || page.find('<', at) != page.find("</script>", at))
+    broken("the HTML page's data can end its script", page);
   return 0;
 }
