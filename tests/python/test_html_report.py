@@ -230,6 +230,18 @@ def test_a_hundred_thousand_blocks_draw_and_are_all_there(page, tmp_path):
     assert page.errors == []
 
 
+def test_the_exit_report_is_a_page_when_its_path_says_html(page, tmp_path):
+    html = tmp_path / "exit.html"
+    html_support.run_python("""
+        import tracepool
+        kept = tracepool.alloc(5 << 20)
+    """, env={"TRACEPOOL_REPORT": str(html)})
+    drawn(page, str(html))
+    assert page.evaluate("tracepoolView.reports") == 1
+    assert "Leaked: memory still allocated at exit" in texts(page, "#table-note")[0]
+    assert texts(page, "tr.site-row td:nth-child(2)") == ["5.00 MiB"]
+
+
 def test_what_is_not_a_report_gets_a_clear_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "tracepool.report/1", "stats": {}, "leaks": [{"bytes": -1}], "cached": [], "marks": []}')
