@@ -242,6 +242,16 @@ def test_the_exit_report_is_a_page_when_its_path_says_html(page, tmp_path):
     assert texts(page, "tr.site-row td:nth-child(2)") == ["5.00 MiB"]
 
 
+def test_an_html_path_that_cannot_be_written_is_said_and_the_text_report_still_comes(tmp_path):
+    env = dict(os.environ, TRACEPOOL_CONF="backend:host")
+    done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", "--html",
+                           str(tmp_path / "no" / "such" / "dir" / "r.html"), html_support.DEMO],
+                          env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "GROWING across marks" in done.stderr, "the text report is printed first"
+    assert "tracepool: report not written: write_file: cannot create" in done.stderr, done.stderr[-500:]
+
+
 def test_what_is_not_a_report_gets_a_clear_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "tracepool.report/1", "stats": {}, "leaks": [{"bytes": -1}], "cached": [], "marks": []}')
