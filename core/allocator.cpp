@@ -327,16 +327,20 @@ status allocator::retained_pools(int device, std::vector<private_pool_info>* out
   return status::ok;
 }
 
-// The current value of one statistic, summed over the devices (a mark's figures).
-int64_t allocator::summed(stat_kind kind) {
-  int64_t sum = 0;
-  for (auto& dev : devices_) sum += dev->stats().table.at(kind, all_pools).current;
-  return sum;
+// A mark's figures: requested and reserved bytes now, summed over the devices (one stats pass each).
+mark_event allocator::mark_figures(const char* label) {
+  mark_event e{label, 0, 0};
+  for (auto& dev : devices_) {
+    const device_stats st = dev->stats();
+    e.live_bytes += st.table.at(stat_kind::requested_bytes, all_pools).current;
+    e.reserved_bytes += st.table.at(stat_kind::reserved_bytes, all_pools).current;
+  }
+  return e;
 }
 
 status allocator::mark(const char* label) {
   if (status s = check_label("mark", label); s != status::ok) return s;
-  return observers_.mark(mark_event{label, summed(stat_kind::requested_bytes), summed(stat_kind::reserved_bytes)});
+  return observers_.mark(mark_figures(label));
 }
 
 status allocator::auto_mark(const char* label, bool* taken) {
@@ -349,8 +353,7 @@ status allocator::auto_mark(const char* label, bool* taken) {
 
 bool allocator::take_auto_mark(const char* label, uint64_t now_ns, bool sample) {
   if (!tracer_->auto_mark_due(now_ns, sample)) return false;  // the common case: no stats read
-  return tracer_->auto_mark(mark_event{label, summed(stat_kind::requested_bytes), summed(stat_kind::reserved_bytes)},
-                            now_ns, sample);
+  return tracer_->auto_mark(mark_figures(label), now_ns, sample);
 }
 
 // The device said no after the cache was emptied. The observers are told (no allocator lock is held:

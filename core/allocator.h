@@ -109,7 +109,7 @@ class allocator final : public fork_participant {
   status reject_free(void* ptr);
   status refuse_inherited_device(int device);
   bool take_auto_mark(const char* label, uint64_t now_ns, bool sample);
-  int64_t summed(stat_kind kind);
+  mark_event mark_figures(const char* label);
   template <typename Fn>
   status for_devices(int device, Fn&& fn);
 

@@ -1,6 +1,8 @@
 // history.cpp: the ring of history.h and its clock.
 #include "history.h"
 
+#include <algorithm>
+
 #include <ctime>
 #include <new>
 
@@ -74,16 +76,17 @@ void history::on_oom(const oom_event& e) {
                        static_cast<int16_t>(e.device), history_action::oom});
 }
 
-std::vector<history_entry> history::entries(uint64_t* recorded) const {
+std::vector<history_entry> history::entries(uint64_t* recorded, size_t most) const {
   lock_.lock();
   const uint64_t before = recorded_;
   lock_.unlock();
   std::vector<history_entry> out;
-  out.reserve(static_cast<size_t>(before < capacity_ ? before : capacity_));  // nothing under the lock allocates
+  out.reserve(static_cast<size_t>(std::min<uint64_t>({before, capacity_, most})));  // nothing under the lock allocates
   lock_.lock();
   const uint64_t n = recorded_;
   uint64_t first = n > capacity_ ? n - capacity_ : 0;
-  if (n - first > out.capacity()) first = n - out.capacity();  // recorded meanwhile: the newest that fit
+  const uint64_t room = std::min<uint64_t>(out.capacity(), most);
+  if (n - first > room) first = n - room;  // recorded meanwhile, or more than asked: the newest that fit
   for (uint64_t i = first; i < n; ++i) out.push_back(ring_[i % capacity_]);
   lock_.unlock();
   // Ticks to CLOCK_REALTIME, at the rate seen since creation (1 ns a tick where the clock is in ns).

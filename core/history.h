@@ -40,8 +40,9 @@ class history final : public observer {
   void on_segment_free(const segment_event& e) override;
   void on_oom(const oom_event& e) override;
 
-  // The entries kept, oldest first; *recorded: how many were recorded in all (older ones are gone).
-  std::vector<history_entry> entries(uint64_t* recorded = nullptr) const;
+  // The entries kept, oldest first, the newest `most` of them at most; *recorded: how many were
+  // recorded in all (older ones are gone).
+  std::vector<history_entry> entries(uint64_t* recorded = nullptr, size_t most = SIZE_MAX) const;
   size_t capacity() const { return capacity_; }
 
   void lock_for_fork() override { lock_.lock(); }

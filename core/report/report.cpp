@@ -297,7 +297,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
   }
 
   if (const history* h = a.allocation_history(); h != nullptr) {  // Note [Timeline from the history]
-    const std::vector<history_entry> entries = h->entries(&r.history_events);
+    const std::vector<history_entry> entries = h->entries(&r.history_events, timeline_events_read);
     std::vector<device_figures> now;
     for (const device_summary& d : r.devices)
       now.push_back(device_figures{d.device, d.stats.table.at(stat_kind::allocated_bytes, all_pools).current,

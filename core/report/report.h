@@ -34,7 +34,6 @@ struct holder_summary {
   std::string example;  // the access path of one of them from its root ("kept[17]")
 };
 
-// How the search for holders went, when one was made.
 // A site's share of one device's memory (site_summary::by_device, cached_summary::by_device).
 struct device_share {
   int device = 0;
@@ -42,6 +41,7 @@ struct device_share {
   int64_t blocks = 0;
 };
 
+// How the search for holders went, when one was made.
 struct holder_search {
   bool made = false;
   bool complete = true;  // false: cut short by its time budget (note says so)

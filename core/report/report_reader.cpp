@@ -16,6 +16,7 @@
 //      line numbers: never negative, never a bool, and no larger than the field that holds them;
 //   4. consistency: each retained entry is one of the leaks (its site, tags and frames) and names a
 //      kept mark, since the renderer reaches both through indices.
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -417,7 +418,9 @@ bool read_growth(report_reader& in, const json& doc, report* r) {
 // The history's timeline (absent without history:N and in older reports): each device once, each
 // point [time_ns, allocated_bytes, reserved_bytes], times never going back.
 bool read_timeline(report_reader& in, const json& doc, report* r) {
-  if (!in.count(doc, "", "history_events", &r->history_events)) return false;
+  int64_t events = 0;  // the writer's integers are int64: a larger figure could not be written back
+  if (!in.count(doc, "", "history_events", &events)) return false;
+  r->history_events = static_cast<uint64_t>(events);
   return in.list(doc, "", "timeline", [&](const json& item, const std::string& where, size_t) {
     device_timeline t;
     if (!in.object(item, where, {"device", "points"}) || !in.count(item, where, "device", &t.device)) return false;
@@ -426,10 +429,12 @@ bool read_timeline(report_reader& in, const json& doc, report* r) {
     if (!in.list(item, where, "points", [&](const json& p, const std::string& at, size_t) {
           if (!p.is_array() || p.size() != 3) return in.fail(at + " must be [time_ns, allocated_bytes, reserved_bytes]");
           timeline_point point;
-          if (!in.count_value(p[0], at + "[0]", &point.time_ns) ||
+          int64_t time_ns = 0;
+          if (!in.count_value(p[0], at + "[0]", &time_ns) ||
               !in.count_value(p[1], at + "[1]", &point.allocated_bytes) ||
               !in.count_value(p[2], at + "[2]", &point.reserved_bytes))
             return false;
+          point.time_ns = static_cast<uint64_t>(time_ns);
           if (!t.points.empty() && point.time_ns < t.points.back().time_ns)
             return in.fail(at + " is earlier than the point before it");
           t.points.push_back(point);
@@ -485,7 +490,9 @@ bool read_pool(report_reader& in, const json& v, const std::string& path, pool_s
 bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m) {
   return in.object(v, path) && in.string(v, path, "label", &m->label) && in.count(v, path, "index", &m->index) &&
          in.count(v, path, "time_ns", &m->time_ns) && in.count(v, path, "live_bytes", &m->live_bytes) &&
-         in.count(v, path, "reserved_bytes", &m->reserved_bytes);
+         in.count(v, path, "reserved_bytes", &m->reserved_bytes) &&
+         (m->time_ns <= static_cast<uint64_t>(INT64_MAX) ||  // written as int64
+          in.fail(path + ".time_ns must be at most " + std::to_string(INT64_MAX)));
 }
 
 // Every retained entry is a view of one leak and of one kept mark, which the renderer reaches by index.

@@ -33,6 +33,10 @@ struct device_timeline {
 };
 
 inline constexpr size_t timeline_points_kept = 1024;
+// The newest events a report reads from the history for its timeline (48 MiB of them): a history of
+// up to 2^26 events is not copied whole for every report (an OOM report included); the events before
+// them are summed in the first figure, as those the ring dropped are.
+inline constexpr size_t timeline_events_read = size_t{1} << 20;
 
 // The figures now of one device, where the walk back starts.
 struct device_figures {

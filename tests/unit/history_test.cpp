@@ -93,6 +93,11 @@ TEST(History, KeepsTheLastNEventsOldestFirst) {
     EXPECT_EQ(h[i].action, history_action::alloc);
     EXPECT_EQ(h[i].requested, (6 + i) * 512) << "the newest five, oldest first";
   }
+  const std::vector<history_entry> newest = a->allocation_history()->entries(&recorded, 2);
+  ASSERT_EQ(newest.size(), 2u) << "no more than asked for";
+  EXPECT_EQ(newest[0].requested, 9u * 512);
+  EXPECT_EQ(newest[1].requested, 10u * 512);
+  EXPECT_EQ(recorded, 11u);
   for (void* p : ptrs) ASSERT_EQ(a->free(p), status::ok);
 }
 
