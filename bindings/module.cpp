@@ -415,7 +415,7 @@ PYBIND11_MODULE(_tracepool, m) {
       },
       py::arg("path"), py::arg("format") = py::none(), py::arg("reason") = py::none(), py::arg("top") = 0,
       "Writes the report to a file (replaced atomically), 'stderr', a descriptor, a device or a FIFO; format "
-      "None: JSON for *.json, else text.");
+      "None: JSON for *.json, HTML for *.html or *.htm, else text.");
   m.def(
       "render_report",
       [](const py::bytes& saved, const std::string& format, int top, const std::optional<std::string>& name) {
@@ -431,7 +431,7 @@ PYBIND11_MODULE(_tracepool, m) {
         return take_string(text);
       },
       py::arg("json"), py::arg("format") = "text", py::arg("top") = 0, py::arg("name") = py::none(),
-      "Renders a report saved as JSON (bytes) as 'text' or 'json', with the library's renderer; a text that is "
+      "Renders a report saved as JSON (bytes) as 'text', 'json' or 'html', with the library's renderer; a text that is "
       "not a report raises InvalidArgumentError naming its first problem (`name` is what the message calls it).");
   m.def(
       "render_html",

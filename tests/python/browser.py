@@ -16,13 +16,19 @@ import tempfile
 import time
 import urllib.request
 
-import websocket
+try:
+    import websocket  # websocket-client
+except ImportError:  # the tests skip, or fail where a browser is required (test_html_report.py)
+    websocket = None
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome-headless-shell")
 
 
 def find_chromium():
-    """The browser's executable (TRACEPOOL_CHROMIUM, else the first of CANDIDATES on PATH), or None."""
+    """The browser's executable (TRACEPOOL_CHROMIUM, else the first of CANDIDATES on PATH), or None;
+    None too without websocket-client, which drives it."""
+    if websocket is None:
+        return None
     named = os.environ.get("TRACEPOOL_CHROMIUM")
     if named:
         return named
@@ -43,12 +49,14 @@ class Browser:
     def __init__(self, executable, width=1400, height=1000, timeout=60):
         self.timeout = timeout
         self.profile = tempfile.mkdtemp(prefix="tracepool-chromium-")
+        # Chromium's own output goes to a file: a pipe nobody reads would fill and stall it.
+        self.log = open(os.path.join(self.profile, "chromium.log"), "w+")
         self.process = subprocess.Popen(
             [executable, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--hide-scrollbars",
              "--remote-debugging-port=0", "--remote-allow-origins=*", "--user-data-dir=" + self.profile,
              "--window-size=%d,%d" % (width, height), "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=self.log)
         port = self._debugging_port()
         self.ws = websocket.create_connection(self._page_socket(port), timeout=timeout, suppress_origin=True)
         self.next_id = 0
@@ -60,19 +68,18 @@ class Browser:
 
     def _debugging_port(self):
         deadline = time.monotonic() + self.timeout
-        seen = []
+        text = ""
         while time.monotonic() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                if self.process.poll() is not None:
-                    break
-                continue
-            seen.append(line)
-            found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+            with open(self.log.name) as f:
+                text = f.read()
+            found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", text)
             if found:
                 return int(found.group(1))
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
         self.close()
-        raise BrowserError("chromium did not start: " + "".join(seen[-20:]))
+        raise BrowserError("chromium did not start within %d s: %s" % (self.timeout, text[-2000:]))
 
     def _page_socket(self, port):
         for target in json.load(urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=self.timeout)):
@@ -157,6 +164,7 @@ class Browser:
         finally:
             self.process.kill()
             self.process.wait()
+            self.log.close()
             shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self):

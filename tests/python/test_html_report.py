@@ -25,8 +25,8 @@ def page():
     executable = browser.find_chromium()
     if executable is None:
         if os.environ.get("TRACEPOOL_REQUIRE_BROWSER") == "1":
-            pytest.fail("no Chromium (apt-get install chromium), and TRACEPOOL_REQUIRE_BROWSER=1")
-        pytest.skip("no Chromium to draw the HTML report (apt-get install chromium)")
+            pytest.fail("no Chromium (apt-get install chromium) or no websocket-client, and TRACEPOOL_REQUIRE_BROWSER=1")
+        pytest.skip("no Chromium (apt-get install chromium) or no websocket-client to draw the HTML report")
     os.makedirs(SCREENSHOTS, exist_ok=True)
     with browser.Browser(executable) as b:
         yield b
@@ -116,6 +116,77 @@ def test_what_holds_a_site_is_shown_with_it(page, demo, tmp_path):
     assert "e.g. val_outputs[2]" in texts(page, "tr.stack-row")[0]
 
 
+def variant(demo, tmp_path, name, change):
+    """The demo's report changed by `change` (a function of the dict), rendered by the library."""
+    with open(demo[0]) as f:
+        data = json.load(f)
+    change(data)
+    html = tmp_path / (name + ".html")
+    html.write_text(tracepool.render_report(json.dumps(data).encode(), "html"))
+    return str(html), data
+
+
+def test_reports_of_every_shape_draw_whole(page, demo, tmp_path):
+    # Only cache, no marks, no time, a history: the timeline draws the history, the page opens on the cache.
+    def cache_only(d):
+        d["leaks"], d["retained"], d["marks"], d["auto_marks"], d["marks_made"], d["auto_marks_made"] = [], [], [], [], 0, 0
+        d["growth_basis"], d["time_ns"] = "none", 0
+        d["timeline"] = [{"device": 0, "points": [[10, 0, 2 << 20], [20, 1 << 20, 2 << 20], [30, 0, 2 << 20]]}]
+        d["history_events"] = 3
+    drawn(page, variant(demo, tmp_path, "cache_only", cache_only)[0])
+    assert page.evaluate("tracepoolView.state.flameKind") == "cached" and page.evaluate("tracepoolView.flame.total") > 0
+    assert "Reserved but free" in texts(page, "#table-note")[0] and texts(page, "tr.site-row")
+    assert "allocation history: 3 events" in " ".join(texts(page, "#timeline-legend span"))
+
+    # Pools: one holding only free memory is listed too.
+    def pools(d):
+        frames = d["leaks"][0]["frames"]
+        d["pools"] = [{"device": 0, "pool": 7, "label": "CUDA graph", "site": 0, "frames": frames, "bytes": 0, "blocks": 0,
+                       "block_bytes": 0, "reserved_bytes": 20 << 20, "cached_bytes": 20 << 20, "sites": []},
+                      {"device": 0, "pool": 8, "label": "torch.cuda.MemPool", "site": 0, "frames": frames,
+                       "bytes": 1 << 20, "blocks": 1, "block_bytes": 1 << 20, "reserved_bytes": 2 << 20,
+                       "cached_bytes": 1 << 20, "sites": []}]
+    drawn(page, variant(demo, tmp_path, "pools", pools)[0])
+    page.click("#table-tabs button[data-table=pools]")
+    assert [t.split(" ")[0] for t in texts(page, "tr.site-row td.site")] == ["CUDA", "torch.cuda.MemPool"]
+
+    # An out-of-memory report says what failed before anything else.
+    def oom(d):
+        d["reason"] = "oom"
+        d["oom"] = {"device": 0, "requested_bytes": 3 << 30, "message": "device 0 cannot hold 3.00 GiB <b>now</b>"}
+    drawn(page, variant(demo, tmp_path, "oom", oom)[0])
+    banner = texts(page, "#oom")[0]
+    assert "out of memory on device 0, 3.00 GiB requested" in banner and "<b>now</b>" in banner, banner
+
+    # A report of two devices from before per-device figures: a device's view says why it is empty.
+    def old_two_devices(d):
+        d["devices"].append(dict(d["devices"][0], device=1))
+        d["stats"]["1"] = d["stats"]["0"]
+        for s in d["leaks"] + d["cached"]:
+            s.pop("by_device", None)
+    drawn(page, variant(demo, tmp_path, "old", old_two_devices)[0])
+    page.click("#views button[data-device='1']")
+    assert "predates per-device figures" in texts(page, "#table-note")[0]
+    assert page.errors == []
+
+
+def test_zooming_in_and_back_out(page, demo):
+    drawn(page, demo[1])
+    rows = page.evaluate("tracepoolView.flame.nodes.length")
+    # The fourth row from the top: click it, then the top row to come back to the whole graph.
+    box = page.evaluate("(() => { const r = document.getElementById('flame-canvas').getBoundingClientRect();"
+                        " document.getElementById('flame-canvas').scrollIntoView({block: 'center'});"
+                        " const q = document.getElementById('flame-canvas').getBoundingClientRect();"
+                        " return [q.left + 5, q.top]; })()")
+    page.mouse(box[0], box[1] + 18 * 3 + 9)
+    assert page.evaluate("tracepoolView.state.zoom") is not None
+    zoomed = page.evaluate("tracepoolView.flame.nodes[0].n.name")
+    page.mouse(box[0], box[1] + 9)
+    assert page.evaluate("tracepoolView.state.zoom") is None, "the top row is the whole graph again"
+    assert page.evaluate("tracepoolView.flame.nodes.length") == rows and zoomed.startswith("all live memory")
+    assert page.errors == []
+
+
 def test_sorting_and_the_other_tables(page, demo):
     drawn(page, demo[1])
     page.click("#table-tabs button[data-table=live]")
@@ -128,7 +199,7 @@ def test_sorting_and_the_other_tables(page, demo):
     page.click("#table-tabs button[data-table=cached]")
     assert texts(page, "tr.site-row") and "Reserved but free" in texts(page, "#table-note")[0]
     page.click("#table-tabs button[data-table=retained]")
-    assert "born after mark" in " ".join(texts(page, "th")) or texts(page, "tr.site-row")
+    assert "marks survived" in texts(page, "th") and texts(page, "tr.site-row")
 
 
 def test_program_strings_stay_text(page, tmp_path):

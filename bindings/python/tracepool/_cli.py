@@ -471,6 +471,12 @@ def _compare(parser, command, argv):
     from tracepool import _compare
 
     options = parser.parse_args([command] + argv)
+    if command == "merge" and (options.format == "html" or (options.format is None and
+                                                              (options.output or "").endswith((".html", ".htm")))):
+        try:  # the library's page of the reports themselves, each a view, and all of them
+            return _emit(_compare.merge_html(options.files), options.output, command)
+        except _compare.ReportError as e:
+            raise UsageError("%s: %s" % (command, e)) from None
     try:
         if command == "merge":
             result = _compare.merge(options.files)
@@ -481,14 +487,7 @@ def _compare(parser, command, argv):
     except _compare.ReportError as e:
         raise UsageError("%s: %s" % (command, e)) from None
     as_json = options.format == "json" or (options.format is None and (options.output or "").endswith(".json"))
-    if command == "merge" and (options.format == "html" or (options.format is None and
-                                                              (options.output or "").endswith((".html", ".htm")))):
-        try:
-            text = _compare.merge_html(options.files)
-        except _compare.ReportError as e:
-            raise UsageError("%s: %s" % (command, e)) from None
-    else:
-        text = json.dumps(result, indent=1) + "\n" if as_json else render(result, options.top)
+    text = json.dumps(result, indent=1) + "\n" if as_json else render(result, options.top)
     return _emit(text, options.output, command)
 
 

@@ -50,7 +50,9 @@ def merge_html(paths):
         except OSError as e:
             raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
     try:
-        return tracepool._tracepool.render_html(saved, [os.fsdecode(p) for p in paths])
+        # A file name that is not UTF-8 is named with its bytes escaped (the library's messages are UTF-8).
+        names = [os.fsdecode(p).encode("utf-8", "backslashreplace").decode("utf-8") for p in paths]
+        return tracepool._tracepool.render_html(saved, names)
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
 

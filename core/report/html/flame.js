@@ -50,9 +50,26 @@ function matchedBytes() {
   return sum;
 }
 
+// The zoom is kept as the keys of the path to the focused frame, since every drawing builds the tree
+// anew; a path the new tree lacks (another view) is the whole graph.
+function pathOf(n) {
+  const keys = [];
+  for (; n && n.parent; n = n.parent) keys.unshift(n.key);
+  return keys.length ? keys : null;
+}
+
+function nodeAtPath(keys) {
+  let n = flame.root;
+  for (const k of keys || []) {
+    n = n.children.get(k);
+    if (!n) return null;
+  }
+  return n;
+}
+
 function layoutFlame(width) {
   const nodes = [];
-  const focus = state.zoom || flame.root;
+  const focus = nodeAtPath(state.zoom) || flame.root;
   // The focused node's ancestors take the whole width, as the path to it.
   const chain = [];
   for (let n = focus; n; n = n.parent) chain.unshift(n);
@@ -118,7 +135,8 @@ function drawFlame() {
   $("flame-status").textContent = state.search ? "matched " + bytes(matched) + " (" + percent(matched, flame.total) + ")" :
     (flame.total ? bytes(flame.total) + " in " + count(flame.root.sites) + (flame.root.sites === 1 ? " site" : " sites") : "");
   if (!flame.total)
-    $("flame-detail").textContent = "No " + (state.flameKind === "live" ? "live" : "cached") + " memory here.";
+    $("flame-detail").textContent = "No " + (state.flameKind === "live" ? "live" : "cached") + " memory here." +
+      (lacksDeviceShares() ? " This report predates per-device figures: choose all devices." : "");
   else if (!$("flame-detail").dataset.kept)
     $("flame-detail").textContent = "Wider is more memory; the top row is the outermost frame. Red: a growing site's path. " +
       "Click a frame to zoom into it, the top rows to go back.";
@@ -154,8 +172,8 @@ function wireFlame() {
   canvas.addEventListener("click", (ev) => {
     const v = nodeAt(ev);
     if (!v) return;
-    state.zoom = v.n === flame.root || v.n === state.zoom ? v.n.parent || null : v.n;
-    if (state.zoom === flame.root) state.zoom = null;
+    const focused = nodeAtPath(state.zoom) || flame.root;
+    state.zoom = pathOf(v.n === focused ? v.n.parent : v.n);  // the focused frame again: one level out
     $("flame-detail").textContent = describeNode(v.n).replace(/\n/g, " · ");
     $("flame-detail").dataset.kept = "1";
     drawFlame();

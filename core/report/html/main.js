@@ -40,6 +40,13 @@ function drawHeader() {
     state.open.clear();
     drawAll();
   });
+  // An out-of-memory report says first what failed, as its text does.
+  const failed = reports.map((rep, i) => [rep, i]).filter(([rep]) => rep.oom);
+  $("oom").hidden = !failed.length;
+  $("oom").replaceChildren(...failed.map(([rep, i]) => el("div", {},
+    el("strong", { text: (reports.length > 1 ? rankName(rep, i) + ": " : "") + "out of memory on " + deviceName(rep.oom.device) +
+      ", " + bytes(rep.oom.requested_bytes) + " requested" }),
+    el("pre", { text: rep.oom.message || "" }))));
   $("footer").textContent = "tracepool report (schema " + (r.schema || "?") + "), " + reports.length +
     (reports.length > 1 ? " reports" : " report") + ". Everything on this page is in this one file; it loads nothing.";
 }
@@ -54,27 +61,42 @@ function markViews() {
 
 // ---- Putting it together ---------------------------------------------------------------------
 
+// Each part is drawn whatever happens to the others; a part that fails says so on the page, and the
+// first failure is thrown again at the end (so that it reaches the console).
 function drawAll() {
-  markViews();
-  drawDevices();
-  drawFlame();
-  drawTimeline();
-  drawTable();
+  let failure = null;
+  for (const [name, draw] of [["views", markViews], ["devices", drawDevices], ["flame graph", drawFlame],
+                              ["timeline", drawTimeline], ["tables", drawTable]]) {
+    try {
+      draw();
+    } catch (e) {
+      showError("The " + name + " could not be drawn: " + e.message);
+      failure = failure || e;
+    }
+  }
+  if (failure) throw failure;
 }
 
 try {
   drawHeader();
   wireFlame();
   wireTables();
-  // The growing table first when something grows: that is what the reader came for.
+  // The growing table first when something grows: that is what the reader came for; the cache when
+  // nothing is live.
   if (reports.some((r) => (r.leaks || []).some((s) => s.growing))) state.table = "growing";
+  if (!reports.some((r) => (r.leaks || []).length) && reports.some((r) => (r.cached || []).length)) {
+    state.table = "cached";
+    state.flameKind = "cached";
+    $("flame-live").classList.remove("on");
+    $("flame-cached").classList.add("on");
+  }
   if (!reports.some((r) => (r.leaks || []).concat(r.cached || []).some((s) => (s.frames || []).some((f) => f.kind === "python")))) {
     state.pythonOnly = false;
     $("flame-python").checked = false;
   }
   drawAll();
 } catch (e) {
-  showError("The report could not be drawn: " + e.message);
+  if (!$("error").textContent) showError("The report could not be drawn: " + e.message);
   throw e;
 } finally {
   // For tests and the curious: how long the first drawing took, and what it drew.

@@ -119,7 +119,8 @@ function chosenReports() {
 }
 
 // A site's bytes and blocks on the chosen device: its by_device share, or all of it where the
-// report has one device only (or predates by_device, which the caption says).
+// report has one device only; null where it has none there, or the report predates by_device
+// (lacksDeviceShares says so to the reader).
 function onDevice(site, r) {
   if (state.device < 0) return { bytes: site.bytes, blocks: site.blocks };
   const shares = site.by_device;
@@ -130,15 +131,28 @@ function onDevice(site, r) {
   return (r.devices || []).length <= 1 ? { bytes: site.bytes, blocks: site.blocks } : null;
 }
 
+// Whether a chosen report of several devices has sites without per-device figures (older reports;
+// every site of a newer one holds memory on some device), which a device's view cannot place.
+function lacksDeviceShares() {
+  return state.device >= 0 && chosenReports().some(([r]) => (r.devices || []).length > 1 &&
+    (r.leaks || []).concat(r.cached || []).some((s) => !(s.by_device && s.by_device.length)));
+}
+
 // Every entry of one list ("leaks", "cached", ...) of the chosen reports, with its figures on the
-// chosen device and the report it came from.
+// chosen device and the report it came from. Retained entries are their leak's blocks by birth and
+// have no device figures: in a device's view they are those of the sites holding memory there, whole.
+// A pool is its device's, and listed while it holds any memory, live or free.
 function entries(list) {
   const out = [];
   for (const [r, ri] of chosenReports()) {
+    const leakOf = list === "retained" ? new Map((r.leaks || []).map((s) => [s.site, s])) : null;
     for (const [index, s] of (r[list] || []).entries()) {
-      const share = list === "leaks" || list === "cached" ? onDevice(s, r) : { bytes: s.bytes, blocks: s.blocks };
-      if (!share || share.bytes <= 0 && share.blocks <= 0) continue;
-      if (list === "pools" && state.device >= 0 && s.device !== state.device) continue;
+      let share = { bytes: s.bytes, blocks: s.blocks };
+      if (list === "leaks" || list === "cached") share = onDevice(s, r);
+      else if (list === "retained" && state.device >= 0 && !onDevice(leakOf.get(s.site) || s, r)) share = null;
+      else if (list === "pools" && state.device >= 0 && s.device !== state.device) share = null;
+      const held = list === "pools" ? (s.reserved_bytes || 0) + (s.bytes || 0) : share && (share.bytes || share.blocks);
+      if (!share || !held) continue;
       out.push({ s, r, ri, index, bytes: share.bytes, blocks: share.blocks });
     }
   }

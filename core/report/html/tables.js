@@ -124,9 +124,14 @@ function drawTable() {
   const sortBy = columns.find((c) => c[0] === state.sort.key) || columns[0];
   rows.sort((a, b) => state.sort.dir * ((sortBy[2](a) ?? 0) - (sortBy[2](b) ?? 0)) || a.index - b.index);
   const first = chosenReports()[0];
+  let where = "";
+  if (state.device >= 0)
+    where = spec.list === "retained" ? " of the sites holding memory on " + deviceName(state.device) + " (their bytes on every device)"
+      : spec.list === "pools" ? " on " + deviceName(state.device)
+      : " with memory on " + deviceName(state.device) + " (bytes and blocks on it; the other figures are of every device)";
   $("table-note").textContent = (first ? spec.note(first[0]) : "") + " " + count(rows.length) + (rows.length === 1 ? " row" : " rows") +
-    (state.device >= 0 ? " with memory on " + deviceName(state.device) + " (bytes and blocks on it; the other figures are " +
-     "of every device)" : "") + ". Click a row for its whole stack, a heading to sort.";
+    where + "." + (lacksDeviceShares() ? " This report predates per-device figures: choose all devices to see its sites." : "") +
+    " Click a row for its whole stack, a heading to sort.";
   const multi = state.report < 0 && reports.length > 1;
   const head = el("tr", {}, el("th", { text: "#" }));
   for (const [key, title] of columns) {

@@ -11,6 +11,9 @@ function svg(tag, attrs) {
   return e;
 }
 
+// Allocated and reserved per device's history line, when several are drawn.
+const DEVICE_COLORS = [["#3b6fd8", "#8a94a6"], ["#1e3f8a", "#5a6478"], ["#2a9d8f", "#7fb8b1"], ["#6a4c93", "#a99bc2"]];
+
 const SITE_COLORS = ["#d0342c", "#e8702a", "#b8860b", "#9c2f6e", "#2a9d8f", "#577590", "#6a4c93", "#8d6e63"];
 
 // The series of one report: points {t (ns), live, reserved, label, auto} from its marks, then the
@@ -46,17 +49,24 @@ function drawTimeline() {
     return;
   }
   const r = reports[state.report];
-  const { points, sites } = seriesOf(r);
+  let { points, sites } = seriesOf(r);
   const history = (r.timeline || []).filter((h) => (state.device < 0 || h.device === state.device) && h.points.length);
+  // Marks and site lines are of every device: one device's view of several draws its history alone.
+  const oneOfSeveral = state.device >= 0 && devicesOf(r).length > 1;
+  if (oneOfSeveral) sites = [];
   if (points.length < 2 && !history.length) {
     box.append(el("p", { class: "detail", text: "No marks were made, so there is nothing over time: call tracepool.mark() at " +
       "each epoch, or let automatic marks run (auto_mark_ms in TRACEPOOL_CONF; tracepool.torch marks optimizer steps)." }));
     return;
   }
   const width = Math.max(480, box.clientWidth), height = 280, left = 78, right = 16, top = 12, bottom = 34;
-  let t0 = points[0].t, t1 = points[points.length - 1].t;
+  let t0 = Infinity, t1 = -Infinity;
   let most = 1;
-  for (const p of points) most = Math.max(most, p.live, p.reserved ?? 0);
+  for (const p of points) {
+    t0 = Math.min(t0, p.t);
+    t1 = Math.max(t1, p.t);
+    if (!history.length) most = Math.max(most, p.live, p.reserved ?? 0);  // else the history's figures
+  }
   for (const h of history) {
     t0 = Math.min(t0, h.points[0][0]);
     t1 = Math.max(t1, h.points[h.points.length - 1][0]);
@@ -108,12 +118,14 @@ function drawTimeline() {
     history.forEach((h, i) => {
       const which = history.length > 1 || devicesOf(r).length > 1 ? deviceName(h.device) + " " : "";
       const steps = (k) => h.points.flatMap(([t, ...v], j) => (j ? [[t, h.points[j - 1][k]], [t, v[k - 1]]] : [[t, v[k - 1]]]));
-      line(steps(2), i ? "#5a6478" : "#8a94a6", 1.5, "6,3", "reserved");
-      line(steps(1), i ? "#1e3f8a" : "#3b6fd8", 1.5, null, "allocated");
-      key(i ? "#1e3f8a" : "#3b6fd8", which + "allocated (blocks' bytes after each event of the allocation history: " +
+      const [live, held] = DEVICE_COLORS[i % DEVICE_COLORS.length];
+      line(steps(2), held, 1.5, "6,3", "reserved");
+      line(steps(1), live, 1.5, null, "allocated");
+      key(live, which + "allocated (blocks' bytes after each event of the allocation history: " +
         count(r.history_events) + " events, the last " + count(h.points.length) + " points)");
-      key(i ? "#5a6478" : "#8a94a6", which + "reserved (what nvidia-smi counts of tracepool)", "", true);
+      key(held, which + "reserved (what nvidia-smi counts of tracepool)", "", true);
     });
+    if (oneOfSeveral) legend.append(el("span", { class: "detail", text: "(site lines are of every device: choose all)" }));
   } else {
     const reservedPoints = points.filter((p) => p.reserved != null && p.reserved >= 0).map((p) => [p.t, p.reserved]);
     if (reservedPoints.length >= 2) line(reservedPoints, "#8a94a6", 2, "6,3", "reserved");
@@ -134,13 +146,26 @@ function drawTimeline() {
   root.addEventListener("mousemove", (ev) => {
     const rect = root.getBoundingClientRect();
     const px = (ev.clientX - rect.left) * width / rect.width;
-    let best = points[0];
-    for (const p of points) if (Math.abs(x(p.t) - px) < Math.abs(x(best.t) - px)) best = p;
-    cursor.setAttribute("x1", x(best.t));
-    cursor.setAttribute("x2", x(best.t));
+    const near = (t) => Math.abs(x(t) - px);
+    let text = null, at = null;
+    if (history.length) {  // the drawn device's figures at the nearest event
+      const h = history[0];
+      let best = h.points[0];
+      for (const p of h.points) if (near(p[0]) < near(best[0])) best = p;
+      at = best[0];
+      text = (history.length > 1 ? deviceName(h.device) + " " : "") + "allocated " + bytes(best[1]) + ", reserved " + bytes(best[2]);
+    } else if (points.length) {  // the figures of every device at the nearest mark
+      let best = points[0];
+      for (const p of points) if (near(p.t) < near(best.t)) best = p;
+      at = best.t;
+      text = best.label + (best.auto ? " (automatic)" : "") + ": allocated " + bytes(best.live) +
+        (best.reserved != null && best.reserved >= 0 ? ", reserved " + bytes(best.reserved) : "");
+    }
+    if (at == null) return;
+    cursor.setAttribute("x1", x(at));
+    cursor.setAttribute("x2", x(at));
     cursor.setAttribute("visibility", "visible");
-    readout.textContent = best.label + (best.auto ? " (automatic)" : "") + ": allocated " + bytes(best.live) +
-      (best.reserved != null && best.reserved >= 0 ? ", reserved " + bytes(best.reserved) : "");
+    readout.textContent = text;
   });
   box.append(root);
   if (sites.length === 0)
