@@ -177,6 +177,12 @@ TEST(ReportFigures, MarksRecordReservedBytesAndOldReportsHaveNone) {
   for (json& m : old["marks"]) m.erase("reserved_bytes");
   const json read_back = json::parse(render(old.dump(), "json"));
   for (const json& m : read_back["marks"]) EXPECT_FALSE(m.contains("reserved_bytes")) << "not made up: " << m.dump();
+  json late = r;
+  late["marks"][0]["time_ns"] = uint64_t{1} << 63;  // more than the int64 it is written back as
+  int rc = 0;
+  const std::string message = render(late.dump(), "json", 0, &rc, "r.json");
+  EXPECT_EQ(rc, TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("r.json: marks[0].time_ns must be at most 9223372036854775807"), std::string::npos) << message;
   ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
   tracepool_destroy(tp);
 }
