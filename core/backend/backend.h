@@ -64,6 +64,27 @@ class backend {
   // Gives the event back to the pool; it must not be used again.
   virtual void return_event(int device, event_handle event) noexcept = 0;
 
+  // ---- Virtual memory: address ranges backed page by page (growable segments, issue 18) ----
+  // A range is reserved once and backed by device memory in pieces: map() backs a piece of pages, and
+  // unmap() takes back exactly the pieces that map() calls made (CUDA's cuMemUnmap unmaps whole
+  // mappings only). The contract of release() holds for unmap(): the caller has ensured that no work
+  // still uses the memory. Backends without virtual memory answer page_size 0 and fail the others with
+  // status::unavailable.
+  //
+  // The size pages are mapped in on `device`, a power of two (CUDA's recommended granularity); 0 where
+  // the backend cannot map memory into reserved ranges.
+  virtual size_t page_size(int device) noexcept;
+  // pre: size > 0, a multiple of page_size. post ok: *out page-aligned; no memory behind the range.
+  virtual status reserve_range(int device, size_t size, void** out) noexcept;
+  // pre: [base, base + size) is a range reserve_range returned, with nothing of it mapped.
+  virtual status free_range(int device, void* base, size_t size) noexcept;
+  // Backs [ptr, ptr + size) of a reserved range with new device memory, readable and writable on
+  // `device`. pre: page-aligned, size a multiple of page_size, nothing of it mapped. out_of_memory when
+  // the device cannot hold it; on failure nothing of it is mapped.
+  virtual status map(int device, void* ptr, size_t size) noexcept;
+  // Takes back the memory of [ptr, ptr + size), which map() calls covered exactly (one or several).
+  virtual status unmap(int device, void* ptr, size_t size) noexcept;
+
   // ---- fork() (Note [Fork] in fork_guard.h) ----
   // Takes the backend's own locks before fork(); releases them after it, in parent and child.
   virtual void lock_for_fork() noexcept {}

@@ -32,6 +32,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -73,7 +74,16 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                           \
   X(stream_synchronize, cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)               \
   X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
-  X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010)
+  X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
+  X(device_get_attribute, cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)            \
+  X(mem_get_granularity, cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
+  X(mem_address_reserve, cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)             \
+  X(mem_address_free, cuMemAddressFree, PFN_cuMemAddressFree_v10020)                      \
+  X(mem_create, cuMemCreate, PFN_cuMemCreate_v10020)                                      \
+  X(mem_release, cuMemRelease, PFN_cuMemRelease_v10020)                                   \
+  X(mem_map, cuMemMap, PFN_cuMemMap_v10020)                                               \
+  X(mem_unmap, cuMemUnmap, PFN_cuMemUnmap_v10020)                                         \
+  X(mem_set_access, cuMemSetAccess, PFN_cuMemSetAccess_v10020)
 
 struct driver_api {
 #define TRACEPOOL_DECLARE_ENTRY_POINT(member, symbol, type) type member = nullptr;
@@ -200,7 +210,14 @@ struct device_state {
   std::atomic<CUcontext> context{nullptr};
   std::mutex mutex;  // guards the retain of `context`, and `free_events`
   std::vector<CUevent> free_events;
+  // Virtual memory: the page size (0 until asked; kNoPages where the device cannot map), and each
+  // piece map() made, by address, with the physical allocation behind it.
+  std::atomic<size_t> page{0};
+  std::mutex vm_mutex;  // guards `mapped`; a leaf
+  std::map<CUdeviceptr, std::pair<CUmemGenericAllocationHandle, size_t>> mapped;
 };
+
+constexpr size_t kNoPages = 1;  // device_state::page where the device has no virtual memory management
 
 class cuda_backend final : public backend {
  public:
@@ -276,6 +293,119 @@ class cuda_backend final : public backend {
     return with_context(device, "cuMemFree", [&] {
       CUresult r = api_.mem_free(reinterpret_cast<CUdeviceptr>(ptr));
       return check(r, "cuMemFree(%p, %zu bytes) on device %d", ptr, size, device);
+    });
+  }
+
+  // ---- Virtual memory: cuMemAddressReserve, then cuMemCreate + cuMemMap + cuMemSetAccess a piece at a
+  // time (PyTorch's expandable segments do the same per 2 or 20 MiB handle); unmap releases each piece.
+
+  size_t page_size(int device) noexcept override {
+    if (device < 0 || device >= count_) return 0;
+    device_state& state = devices_[device];
+    size_t page = state.page.load(std::memory_order_acquire);
+    if (page == 0) {
+      int supported = 0;
+      size_t granularity = 0;
+      const CUmemAllocationProp prop = allocation_prop(device);
+      if (api_.device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                    state.handle) != CUDA_SUCCESS || supported == 0 ||
+          api_.mem_get_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS ||
+          granularity == 0 || (granularity & (granularity - 1)) != 0)
+        granularity = kNoPages;
+      state.page.store(granularity, std::memory_order_release);
+      page = granularity;
+    }
+    return page == kNoPages ? 0 : page;
+  }
+
+  status reserve_range(int device, size_t size, void** out) noexcept override {
+    const size_t page = page_size(device);
+    if (page == 0) return backend::reserve_range(device, size, out);
+    return with_context(device, "cuMemAddressReserve", [&] {
+      CUdeviceptr ptr = 0;
+      const CUresult r = api_.mem_address_reserve(&ptr, size, page, 0, 0);
+      if (r != CUDA_SUCCESS) {
+        const status s = check(r, "cuMemAddressReserve(%zu bytes) on device %d", size, device);
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? status::out_of_memory : s;
+      }
+      *out = reinterpret_cast<void*>(ptr);
+      return status::ok;
+    });
+  }
+
+  status free_range(int device, void* base, size_t size) noexcept override {
+    if (page_size(device) == 0) return backend::free_range(device, base, size);
+    return with_context(device, "cuMemAddressFree", [&] {
+      return check(api_.mem_address_free(reinterpret_cast<CUdeviceptr>(base), size),
+                   "cuMemAddressFree(%p, %zu bytes) on device %d", base, size, device);
+    });
+  }
+
+  status map(int device, void* ptr, size_t size) noexcept override {
+    if (page_size(device) == 0) return backend::map(device, ptr, size);
+    return with_context(device, "cuMemMap", [&] {
+      const CUdeviceptr at = reinterpret_cast<CUdeviceptr>(ptr);
+      const CUmemAllocationProp prop = allocation_prop(device);
+      CUmemGenericAllocationHandle handle = 0;
+      // Relaxed capture mode, as allocate's cuMemAlloc (Note [Capture-safe calls]).
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      const bool relaxed = api_.exchange_capture_mode(&mode) == CUDA_SUCCESS;
+      CUresult r = api_.mem_create(&handle, size, &prop, 0);
+      const char* step = "cuMemCreate";
+      bool mapped = false;
+      if (r == CUDA_SUCCESS) {
+        r = api_.mem_map(at, size, 0, handle, 0);
+        step = "cuMemMap";
+        mapped = r == CUDA_SUCCESS;
+      }
+      if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc access{};
+        access.location = prop.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = api_.mem_set_access(at, size, &access, 1);
+        step = "cuMemSetAccess";
+      }
+      if (relaxed) (void)api_.exchange_capture_mode(&mode);
+      if (r == CUDA_SUCCESS) {
+        try {
+          std::lock_guard<std::mutex> lock(devices_[device].vm_mutex);
+          devices_[device].mapped.emplace(at, std::make_pair(handle, size));
+          return status::ok;
+        } catch (...) {
+          r = CUDA_ERROR_OUT_OF_MEMORY;  // out of host memory: undone below
+          step = "recording the mapping";
+        }
+      }
+      const status s = check(r, "%s(%p, %zu bytes) on device %d", step, ptr, size, device);
+      if (mapped) (void)api_.mem_unmap(at, size);  // nothing of it stays mapped
+      if (handle != 0) (void)api_.mem_release(handle);
+      return r == CUDA_ERROR_OUT_OF_MEMORY ? status::out_of_memory : s;
+    });
+  }
+
+  status unmap(int device, void* ptr, size_t size) noexcept override {
+    if (page_size(device) == 0) return backend::unmap(device, ptr, size);
+    return with_context(device, "cuMemUnmap", [&] {
+      const CUdeviceptr at = reinterpret_cast<CUdeviceptr>(ptr);
+      device_state& state = devices_[device];
+      std::lock_guard<std::mutex> lock(state.vm_mutex);
+      // Whole mappings only, back to back from `ptr` to its end.
+      const auto first = state.mapped.find(at);
+      CUdeviceptr covered = at;
+      auto last = first;
+      for (; last != state.mapped.end() && last->first == covered && covered < at + size; ++last)
+        covered += last->second.second;
+      if (first == state.mapped.end() || covered != at + size)
+        return fail(status::invalid_argument, "backend cuda: unmap(%p, %zu bytes) on device %d: not whole mappings",
+                    ptr, size, device);
+      for (auto it = first; it != last;) {
+        const auto [piece, held] = *it;
+        if (CUresult r = api_.mem_unmap(piece, held.second); r != CUDA_SUCCESS)
+          return check(r, "cuMemUnmap(%p, %zu bytes) on device %d", reinterpret_cast<void*>(piece), held.second, device);
+        (void)api_.mem_release(held.first);  // the memory goes once no mapping holds it
+        it = state.mapped.erase(it);
+      }
+      return status::ok;
     });
   }
 
@@ -362,10 +492,16 @@ class cuda_backend final : public backend {
   // initialised it; a forked child that touches it gets errors or worse (CUDA documents fork as
   // unsupported once the driver is initialised). Every call in the child fails, saying so.
   void lock_for_fork() noexcept override {
-    for (int d = 0; d < count_; ++d) devices_[d].mutex.lock();
+    for (int d = 0; d < count_; ++d) {
+      devices_[d].mutex.lock();
+      devices_[d].vm_mutex.lock();
+    }
   }
   void unlock_after_fork() noexcept override {
-    for (int d = count_; d-- > 0;) devices_[d].mutex.unlock();
+    for (int d = count_; d-- > 0;) {
+      devices_[d].vm_mutex.unlock();
+      devices_[d].mutex.unlock();
+    }
   }
   bool usable_in_child() noexcept override {
     forked_from_.store(static_cast<int>(getppid()), std::memory_order_relaxed);
@@ -423,6 +559,15 @@ class cuda_backend final : public backend {
     // reporting it would hide body()'s own result, which the caller must see.
     if (previous != context) api_.ctx_set_current(previous);
     return s;
+  }
+
+  // Pinned device memory on `device`, as cuMemAlloc's.
+  CUmemAllocationProp allocation_prop(int device) const noexcept {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = devices_[device].handle;
+    return prop;
   }
 
   status primary_context(int device, CUcontext* out) noexcept {

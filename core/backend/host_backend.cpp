@@ -6,13 +6,17 @@
 // held, so a test decides exactly when a freed block's "last use" finishes. Recording an event on a
 // destroyed stream aborts, as a driver may crash there. Faults: fail the k-th allocate() call, or
 // every allocate() above n bytes, with out_of_memory; or the k-th fallible call of any kind
-// (host_ledger) with backend_error, for the fault sweep.
+// (host_ledger) with backend_error, for the fault sweep. Virtual memory: a reserved range is mmap'd
+// without access, 2 MiB-aligned (the pages of an H100 or H200); map() grants access to pages and counts
+// them as the device's, unmap() drops their contents and takes them back; misuse (a piece not mapped
+// as one, a range freed while mapped) is an error, as it would be a driver error on CUDA.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <new>
 #include <mutex>
@@ -102,6 +106,103 @@ class host_backend final : public backend {
     refused_by_capture("release");
     if (status s = injected(1); s != status::ok) return s;
     munmap(ptr, size);
+    used_[static_cast<size_t>(device)] -= size;
+    ledger_.bytes_in_use -= size;
+    return status::ok;
+  }
+
+  // ---- Virtual memory ----
+
+  size_t page_size(int device) noexcept override { return check(device) == status::ok ? kPage : 0; }
+
+  status reserve_range(int device, size_t size, void** out) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    if (size == 0 || size % kPage != 0)
+      return fail(status::invalid_argument, "host backend: reserve_range of %zu bytes, not a multiple of %zu", size, kPage);
+    if (size > (size_t{1} << 46))
+      return fail(status::out_of_memory, "host backend: no %zu bytes of address space to reserve", size);
+    // Over-reserved by a page, then trimmed to a page-aligned range.
+    void* raw = mmap(nullptr, size + kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return fail(status::out_of_memory, "host backend: no %zu bytes of address space", size);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw), base = (start + kPage - 1) & ~(kPage - 1);
+    if (base > start) munmap(raw, base - start);
+    if (base + size < start + size + kPage) munmap(reinterpret_cast<void*>(base + size), start + kPage - base);
+    try {
+      ranges_.emplace(base, reserved{device, size});
+    } catch (...) {
+      munmap(reinterpret_cast<void*>(base), size);
+      return fail(status::internal, "host backend: out of host memory for a range");
+    }
+    *out = reinterpret_cast<void*>(base);
+    return status::ok;
+  }
+
+  status free_range(int device, void* base, size_t size) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    const auto it = ranges_.find(reinterpret_cast<uintptr_t>(base));
+    if (it == ranges_.end() || it->second.device != device || it->second.size != size)
+      return fail(status::invalid_argument, "host backend: free_range(%p, %zu bytes) on device %d: no such range", base,
+                  size, device);
+    const auto inside = mapped_.lower_bound(it->first);
+    if (inside != mapped_.end() && inside->first < it->first + size)
+      return fail(status::invalid_argument, "host backend: free_range(%p): %p is still mapped", base,
+                  reinterpret_cast<void*>(inside->first));
+    munmap(base, size);
+    ranges_.erase(it);
+    return status::ok;
+  }
+
+  status map(int device, void* ptr, size_t size) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+    if (status s = within_range(device, at, size, "map"); s != status::ok) return s;
+    const auto next = mapped_.lower_bound(at);
+    const bool overlaps = (next != mapped_.end() && next->first < at + size) ||
+                          (next != mapped_.begin() && std::prev(next)->first + std::prev(next)->second > at);
+    if (overlaps) return fail(status::invalid_argument, "host backend: map(%p, %zu bytes): already mapped", ptr, size);
+    // A map is an allocation: counted, capacity-checked and fault-injected as allocate() is.
+    if (status s = injected(0); s != status::ok) return s;
+    ++allocate_calls_;
+    if (!capturing_.empty()) ++ledger_.allocations_during_capture;
+    if (options_.fail_alloc != 0 && allocate_calls_ == options_.fail_alloc)
+      return injected_fault(status::out_of_memory, "allocation call", allocate_calls_);
+    size_t& used = used_[static_cast<size_t>(device)];
+    if (size > options_.capacity - options_.outside - used)
+      return fail(status::out_of_memory, "host backend: device %d has %zu of %zu bytes free", device,
+                  options_.capacity - options_.outside - used, options_.capacity);
+    try {
+      mapped_.emplace(at, size);
+    } catch (...) {
+      return fail(status::internal, "host backend: out of host memory for a mapping");
+    }
+    if (mprotect(ptr, size, PROT_READ | PROT_WRITE) != 0) {
+      mapped_.erase(at);
+      return fail(status::out_of_memory, "host backend: cannot map %zu bytes at %p", size, ptr);
+    }
+    used += size;
+    ledger_.bytes_in_use += size;
+    return status::ok;
+  }
+
+  status unmap(int device, void* ptr, size_t size) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+    if (status s = within_range(device, at, size, "unmap"); s != status::ok) return s;
+    // Whole mappings only, back to back from `ptr` to its end.
+    auto it = mapped_.find(at);
+    uintptr_t covered = at;
+    for (auto m = it; m != mapped_.end() && m->first == covered && covered < at + size; ++m) covered += m->second;
+    if (it == mapped_.end() || covered != at + size)
+      return fail(status::invalid_argument, "host backend: unmap(%p, %zu bytes): not whole mappings", ptr, size);
+    refused_by_capture("unmap");
+    if (status s = injected(1); s != status::ok) return s;
+    madvise(ptr, size, MADV_DONTNEED);  // the contents go, as a real unmap's do
+    mprotect(ptr, size, PROT_NONE);
+    mapped_.erase(it, mapped_.lower_bound(at + size));
     used_[static_cast<size_t>(device)] -= size;
     ledger_.bytes_in_use -= size;
     return status::ok;
@@ -235,6 +336,18 @@ class host_backend final : public backend {
                 options_.devices);
   }
 
+  // [at, at + size) inside one range of `device`, page-aligned. Caller holds mutex_.
+  status within_range(int device, uintptr_t at, size_t size, const char* what) const {
+    if (size == 0 || size % kPage != 0 || at % kPage != 0)
+      return fail(status::invalid_argument, "host backend: %s(%p, %zu bytes): not whole %zu-byte pages", what,
+                  reinterpret_cast<void*>(at), size, kPage);
+    auto it = ranges_.upper_bound(at);
+    if (it == ranges_.begin() || (--it)->second.device != device || at + size > it->first + it->second.size)
+      return fail(status::invalid_argument, "host backend: %s(%p, %zu bytes): not inside a range of device %d", what,
+                  reinterpret_cast<void*>(at), size, device);
+    return status::ok;
+  }
+
   // A call a real capture in global mode would refuse, made while one is on. Caller holds mutex_.
   void refused_by_capture(const char* what) {
     if (capturing_.empty()) return;
@@ -273,8 +386,16 @@ class host_backend final : public backend {
     return true;
   }
 
+  static constexpr size_t kPage = size_t{2} << 20;
+  struct reserved {
+    int device;
+    size_t size;
+  };
+
   const host_options options_;
   std::mutex mutex_;
+  std::map<uintptr_t, reserved> ranges_;  // reserve_range's, by base
+  std::map<uintptr_t, size_t> mapped_;    // map()'s pieces, by address
   std::vector<size_t> used_;                    // bytes allocated per device
   size_t allocate_calls_ = 0;
   size_t events_created_ = 0;
@@ -309,6 +430,24 @@ bool backend::processes(int, std::vector<process_usage>*, std::string* why) noex
     *why = std::string("the ") + name() + " backend cannot list processes";
   } catch (...) {}  // out of host memory: no reason given
   return false;
+}
+
+size_t backend::page_size(int) noexcept { return 0; }
+
+status backend::reserve_range(int, size_t, void**) noexcept {
+  return fail(status::unavailable, "the %s backend cannot reserve address ranges", name());
+}
+
+status backend::free_range(int, void*, size_t) noexcept {
+  return fail(status::unavailable, "the %s backend cannot reserve address ranges", name());
+}
+
+status backend::map(int, void*, size_t) noexcept {
+  return fail(status::unavailable, "the %s backend cannot map memory into address ranges", name());
+}
+
+status backend::unmap(int, void*, size_t) noexcept {
+  return fail(status::unavailable, "the %s backend cannot map memory into address ranges", name());
 }
 
 status backend::begin_capture(int, stream_handle) noexcept {

@@ -256,6 +256,65 @@ TEST_P(Conformance, AForkedChildSaysWhatItCannotUseAndFreesWhatItInherited) {
   ASSERT_EQ(alloc_->free(again), status::ok);
 }
 
+// The backend's virtual memory (growable segments): a reserved range backed piece by piece, each piece
+// taken back whole, a full device refused cleanly.
+TEST_P(Conformance, ReservedRangesAreBackedPieceByPieceAndGivenBackWhole) {
+  backend::backend& be = backend();
+  const size_t page = be.page_size(0);
+  if (page == 0) GTEST_SKIP() << "backend " << GetParam() << ": no virtual memory management on device 0";
+  EXPECT_EQ(page & (page - 1), 0u) << "a power of two";
+  void* base = nullptr;
+  ASSERT_EQ(be.reserve_range(0, 64 * page, &base), status::ok) << last_error();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % page, 0u);
+  char* p = static_cast<char*>(base);
+  backend::host_ledger before{};
+  const bool host = backend::read_host_ledger(be, &before);
+  ASSERT_EQ(be.map(0, p, 2 * page), status::ok) << last_error();
+  ASSERT_EQ(be.map(0, p + 2 * page, page), status::ok) << last_error();
+  if (host) {
+    backend::host_ledger after{};
+    ASSERT_TRUE(backend::read_host_ledger(be, &after));
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use + 3 * page);
+    p[0] = 1;
+    p[3 * page - 1] = 2;  // both pieces are memory
+  }
+  EXPECT_EQ(be.unmap(0, p, page), status::invalid_argument) << "half a piece";
+  EXPECT_EQ(be.unmap(0, p + 4 * page, page), status::invalid_argument) << "nothing mapped there";
+  ASSERT_EQ(be.unmap(0, p, 3 * page), status::ok) << "two pieces at once: " << last_error();
+  ASSERT_EQ(be.map(0, p, page), status::ok) << "the same address again: " << last_error();
+  ASSERT_EQ(be.unmap(0, p, page), status::ok) << last_error();
+  if (host) {
+    backend::host_ledger after{};
+    ASSERT_TRUE(backend::read_host_ledger(be, &after));
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  }
+  EXPECT_EQ(be.free_range(0, base, 64 * page), status::ok) << last_error();
+}
+
+// The driver's own refusals (left out of the GPU check's memcheck run, which counts every failed driver
+// call as an error): a piece mapped twice, and more than the device holds, after which nothing of the
+// request is mapped and the range frees cleanly.
+TEST_P(Conformance, ReservedRangesRefuseADoubleMapAndAFullDeviceCleanly) {
+  backend::backend& be = backend();
+  const size_t page = be.page_size(0);
+  if (page == 0) GTEST_SKIP() << "backend " << GetParam() << ": no virtual memory management on device 0";
+  void* base = nullptr;
+  ASSERT_EQ(be.reserve_range(0, 4 * page, &base), status::ok) << last_error();
+  char* p = static_cast<char*>(base);
+  ASSERT_EQ(be.map(0, p, 2 * page), status::ok) << last_error();
+  EXPECT_NE(be.map(0, p + page, page), status::ok) << "mapped already";
+  EXPECT_NE(be.map(0, p, 2 * page), status::ok) << "mapped already";
+  ASSERT_EQ(be.unmap(0, p, 2 * page), status::ok) << "the first mapping is whole: " << last_error();
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(be.memory_info(0, &free_bytes, &total_bytes), status::ok);
+  const size_t beyond = (total_bytes / page + 1) * page;
+  void* big = nullptr;
+  ASSERT_EQ(be.reserve_range(0, beyond, &big), status::ok) << last_error();
+  EXPECT_EQ(be.map(0, big, beyond), status::out_of_memory) << last_error();
+  EXPECT_EQ(be.free_range(0, big, beyond), status::ok) << "nothing of it mapped: " << last_error();
+  EXPECT_EQ(be.free_range(0, base, 4 * page), status::ok) << last_error();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("host", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
