@@ -78,20 +78,8 @@ class host_backend final : public backend {
   status allocate(int device, size_t size, void** out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
-    if (status s = injected(0); s != status::ok) return s;
-    ++allocate_calls_;
-    if (!capturing_.empty()) ++ledger_.allocations_during_capture;
-    if (options_.fail_alloc != 0 && allocate_calls_ == options_.fail_alloc)
-      return injected_fault(status::out_of_memory, "allocation call", allocate_calls_);
-    if (options_.fail_above != 0 && size > options_.fail_above) {
-      ++ledger_.faults;
-      return fail(status::out_of_memory, "host backend: injected failure of a %zu-byte allocation (fail_above:%zu)",
-                  size, options_.fail_above);
-    }
+    if (status s = admit(device, size); s != status::ok) return s;
     size_t& used = used_[static_cast<size_t>(device)];
-    if (size > options_.capacity - options_.outside - used)
-      return fail(status::out_of_memory, "host backend: device %d has %zu of %zu bytes free", device,
-                  options_.capacity - options_.outside - used, options_.capacity);
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return fail(status::out_of_memory, "host backend: mmap of %zu bytes failed", size);
     used += size;
@@ -163,16 +151,8 @@ class host_backend final : public backend {
     const bool overlaps = (next != mapped_.end() && next->first < at + size) ||
                           (next != mapped_.begin() && std::prev(next)->first + std::prev(next)->second > at);
     if (overlaps) return fail(status::invalid_argument, "host backend: map(%p, %zu bytes): already mapped", ptr, size);
-    // A map is an allocation: counted, capacity-checked and fault-injected as allocate() is.
-    if (status s = injected(0); s != status::ok) return s;
-    ++allocate_calls_;
-    if (!capturing_.empty()) ++ledger_.allocations_during_capture;
-    if (options_.fail_alloc != 0 && allocate_calls_ == options_.fail_alloc)
-      return injected_fault(status::out_of_memory, "allocation call", allocate_calls_);
+    if (status s = admit(device, size); s != status::ok) return s;  // a map is an allocation
     size_t& used = used_[static_cast<size_t>(device)];
-    if (size > options_.capacity - options_.outside - used)
-      return fail(status::out_of_memory, "host backend: device %d has %zu of %zu bytes free", device,
-                  options_.capacity - options_.outside - used, options_.capacity);
     try {
       mapped_.emplace(at, size);
     } catch (...) {
@@ -334,6 +314,26 @@ class host_backend final : public backend {
     if (device >= 0 && device < options_.devices) return status::ok;
     return fail(status::invalid_device, "host backend: device %d does not exist (%d emulated)", device,
                 options_.devices);
+  }
+
+  // Whether `device` takes `size` more bytes now: the call counted, faults injected, capacity checked,
+  // for allocate() and map() alike. Caller holds mutex_.
+  status admit(int device, size_t size) {
+    if (status s = injected(0); s != status::ok) return s;
+    ++allocate_calls_;
+    if (!capturing_.empty()) ++ledger_.allocations_during_capture;
+    if (options_.fail_alloc != 0 && allocate_calls_ == options_.fail_alloc)
+      return injected_fault(status::out_of_memory, "allocation call", allocate_calls_);
+    if (options_.fail_above != 0 && size > options_.fail_above) {
+      ++ledger_.faults;
+      return fail(status::out_of_memory, "host backend: injected failure of a %zu-byte allocation (fail_above:%zu)",
+                  size, options_.fail_above);
+    }
+    const size_t used = used_[static_cast<size_t>(device)];
+    if (size > options_.capacity - options_.outside - used)
+      return fail(status::out_of_memory, "host backend: device %d has %zu of %zu bytes free", device,
+                  options_.capacity - options_.outside - used, options_.capacity);
+    return status::ok;
   }
 
   // [at, at + size) inside one range of `device`, page-aligned. Caller holds mutex_.
