@@ -136,21 +136,9 @@ def report(format: str = "json", reason: str | None = None, top: int | None = No
     object with ``__cuda_array_interface__`` or DLPack that exposes them, followed to a global, a
     local, a closure cell or the autograd graph of a tensor), found within HOLDER_BUDGET_S seconds.
     """
-    return _report_text(format, reason, top, holders)
-
-
-def _report_text(
-    format: str,
-    reason: str | None,
-    top: int | None,
-    holders: bool,
-    program_globals: dict[str, Any] | None = None,
-    program_name: str | None = None,
-) -> str:
-    """report(); `program_globals` and `program_name` as _report_with_holders'."""
     if not holders:
         return _tracepool.report(format, reason, 0 if top is None else top)
-    return _render(_report_with_holders(reason, program_globals, program_name), format, top)
+    return _render(_report_with_holders(reason), format, top)
 
 
 def _report_with_holders(
@@ -178,6 +166,7 @@ def _render(data: dict[str, Any], format: str, top: int | None) -> str:
 
 
 def _format_for(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None) -> str:
+    """`format`, or the one the library picks for `path` (tracepool_write_report): by its extension."""
     if format is not None:
         return format
     name = os.fsdecode(path)
@@ -202,23 +191,10 @@ def write_report(
     ``holders`` as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see
     :func:`report_path`.
     """
-    _write_report(path, format, reason, top, holders)
-
-
-def _write_report(
-    path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
-    format: str | None,
-    reason: str | None,
-    top: int | None,
-    holders: bool,
-    program_globals: dict[str, Any] | None = None,
-    program_name: str | None = None,
-) -> None:
-    """write_report(); `program_globals` and `program_name` as _report_with_holders'."""
     if not holders:  # bytes: any file name the OS allows
         _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
         return
-    text = _render(_report_with_holders(reason, program_globals, program_name), _format_for(path, format), top)
+    text = _render(_report_with_holders(reason), _format_for(path, format), top)
     write_file(report_path(path), text.encode("utf-8", "surrogatepass"))  # {rank}, {pid}, {host} (Note [Ranks])
 
 

@@ -438,11 +438,10 @@ def render_saved_report(path, format="text", top=None):
 
 
 def _report(parser, argv):
+    import tracepool
+
     options = parser.parse_args(["report"] + argv)
-    format = options.format
-    if format is None:
-        output = options.output or ""
-        format = "json" if output.endswith(".json") else "html" if output.endswith((".html", ".htm")) else "text"
+    format = tracepool._format_for(options.output or "", options.format)
     if format == "json":
         text = json.dumps(json.loads(render_saved_report(options.file, "json")), indent=2) + "\n"
     else:
@@ -468,11 +467,12 @@ def _emit(text, output, what):
 
 def _compare(parser, command, argv):
     """`merge` and `diff`: computed by tracepool._compare, printed or written where reports go."""
+    import tracepool
     from tracepool import _compare
 
     options = parser.parse_args([command] + argv)
-    if command == "merge" and (options.format == "html" or (options.format is None and
-                                                              (options.output or "").endswith((".html", ".htm")))):
+    format = tracepool._format_for(options.output or "", options.format)
+    if command == "merge" and format == "html":
         try:  # the library's page of the reports themselves, each a view, and all of them
             return _emit(_compare.merge_html(options.files), options.output, command)
         except _compare.ReportError as e:
@@ -486,8 +486,7 @@ def _compare(parser, command, argv):
             render = _compare.diff_text
     except _compare.ReportError as e:
         raise UsageError("%s: %s" % (command, e)) from None
-    as_json = options.format == "json" or (options.format is None and (options.output or "").endswith(".json"))
-    text = json.dumps(result, indent=1) + "\n" if as_json else render(result, options.top)
+    text = json.dumps(result, indent=1) + "\n" if format == "json" else render(result, options.top)
     return _emit(text, options.output, command)
 
 
