@@ -320,6 +320,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
     std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;
     int64_t blocks_fixed = 0;
     double block_bytes = 0;
+    std::vector<int64_t> auto_series;  // its live bytes at the automatic marks, when growth was told by them
   };
   std::vector<leak_group> groups;
   std::unordered_map<std::string, size_t> group_of;
@@ -363,20 +364,24 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
     if (r.growth_basis == growth_basis_marks) {
       g.summary.growing = group_growing(t.trends(g.members), g.summary.live_at_marks, r.marks_made);
     } else if (r.growth_basis == growth_basis_auto) {
-      g.summary.growth_floors = window_floors(series_of(g.members, auto_marks));
+      g.auto_series = series_of(g.members, auto_marks);
+      g.summary.growth_floors = window_floors(g.auto_series);
       g.summary.growing = floors_growing(g.summary.growth_floors);
     }
   }
   std::sort(groups.begin(), groups.end(),
             [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
   // The series a timeline draws: the growing sites first, then the largest.
-  size_t series_kept = 0;
-  for (int growing = 1; growing >= 0; --growing)
+  if (!auto_marks.empty()) {
+    std::vector<leak_group*> drawn;
     for (leak_group& g : groups)
-      if (g.summary.growing == (growing == 1) && series_kept < auto_series_sites && !auto_marks.empty()) {
-        g.summary.live_at_auto_marks = series_of(g.members, auto_marks);
-        ++series_kept;
-      }
+      if (g.summary.growing) drawn.push_back(&g);
+    for (leak_group& g : groups)
+      if (!g.summary.growing && drawn.size() < auto_series_sites) drawn.push_back(&g);
+    drawn.resize(std::min(drawn.size(), auto_series_sites));
+    for (leak_group* g : drawn)
+      g->summary.live_at_auto_marks = g->auto_series.empty() ? series_of(g->members, auto_marks) : std::move(g->auto_series);
+  }
 
   // 4. Retained: live blocks that outlived at least one mark, by site and the latest kept mark made
   // before their birth (the birth itself is exact: marks made before the block).
