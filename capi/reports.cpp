@@ -1,0 +1,218 @@
+// reports.cpp: reports, strings and files at the C ABI (tracepool.h's report section): written to a
+// path, made as a string, rendered from saved JSON (one report or several as HTML), the OOM report,
+// any file written as reports are, and where a report path leads. As tracepool.cpp: arguments
+// checked, every failure a status code with a thread-local message, nothing thrown past here.
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/utf8.h"
+#include "handle.h"
+#include "report/report.h"
+#include "tracepool/tracepool.h"
+
+using tracepool::status;
+namespace core = tracepool::core;
+
+namespace {
+
+using tracepool::capi::code;
+using tracepool::capi::copy_out;
+using tracepool::capi::guarded;
+using tracepool::capi::null_handle;
+
+// tracepool_report_options_t, checked and with its defaults filled in.
+struct report_request {
+  const char* reason = "demand";
+  const char* format = nullptr;  // "json", "text", "html" or nullptr (by path; strings: text)
+  size_t top = 10;
+  const char* name = nullptr;
+  bool addresses = false;
+  // A string's rendering (checked by read_options): text unless the format says otherwise.
+  std::string render(const core::report& r) const {
+    core::report_format f = core::report_format::text;
+    (void)core::report_format_of(format, nullptr, "", &f);
+    return core::render(r, f, top);
+  }
+};
+
+// The struct as first published (through `top`): what the smallest caller passes.
+constexpr size_t report_options_v1 = offsetof(tracepool_report_options_t, top) + sizeof(int);
+constexpr size_t report_options_most = 4096;  // a larger size is not a struct size but a mistake
+constexpr size_t reason_most = 64;
+
+// A text of at most `most` bytes, or a note that it was cut, for a message quoting a caller's string.
+std::string quoted(const char* text, size_t most = 32) {
+  const std::string s(text, strnlen(text, most + 1));
+  return s.size() > most ? s.substr(0, most) + "..." : s;
+}
+
+status read_options(const char* what, const tracepool_report_options_t* options, report_request* out) {
+  if (options == nullptr) return status::ok;
+  const size_t size = options->size;
+  if (size < report_options_v1 || size > report_options_most)
+    return tracepool::fail(status::invalid_argument,
+                           "%s: options->size is %zu; zero the struct and set size = sizeof(tracepool_report_options_t), "
+                           "%zu",
+                           what, size, sizeof(tracepool_report_options_t));
+  // Fields of a newer header that this library does not know must be left zero: they would be ignored.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+  for (size_t i = sizeof(tracepool_report_options_t); i < size; ++i)
+    if (bytes[i] != 0)
+      return tracepool::fail(status::invalid_argument,
+                             "%s: options->size is %zu, and byte %zu is set: a field this tracepool (struct of %zu "
+                             "bytes) does not know",
+                             what, size, i, sizeof(tracepool_report_options_t));
+  tracepool_report_options_t o{};
+  std::memcpy(&o, options, size < sizeof o ? size : sizeof o);
+  if (o.reason != nullptr) {
+    const size_t n = strnlen(o.reason, reason_most + 1);
+    if (n == 0 || n > reason_most)
+      return tracepool::fail(status::invalid_argument, "%s: options->reason must be 1 to %zu bytes, not %s", what,
+                             reason_most, n == 0 ? "empty" : "longer");
+    if (!core::is_utf8(o.reason, n))
+      return tracepool::fail(status::invalid_argument, "%s: options->reason is not UTF-8", what);
+    for (size_t i = 0; i < n; ++i)
+      if (static_cast<unsigned char>(o.reason[i]) < 0x20 || o.reason[i] == 0x7f)
+        return tracepool::fail(status::invalid_argument, "%s: options->reason has a control character at byte %zu",
+                               what, i);
+    if (std::strcmp(o.reason, "oom") == 0)
+      return tracepool::fail(status::invalid_argument,
+                             "%s: options->reason 'oom' is the library's own, for the report of a failed allocation "
+                             "(tracepool_write_oom_report)",
+                             what);
+    out->reason = o.reason;
+  }
+  if (o.format != nullptr) {
+    if (std::strcmp(o.format, "json") != 0 && std::strcmp(o.format, "text") != 0 && std::strcmp(o.format, "html") != 0)
+      return tracepool::fail(status::invalid_argument, "%s: options->format '%s': expected json, text, html or NULL",
+                             what, quoted(o.format).c_str());
+    out->format = o.format;
+  }
+  if (o.top < 0)
+    return tracepool::fail(status::invalid_argument, "%s: options->top is %d: expected 0 (10 sites) or more", what,
+                           o.top);
+  if (o.top > 0) out->top = static_cast<size_t>(o.top);
+  if (size >= offsetof(tracepool_report_options_t, name) + sizeof o.name) out->name = o.name;
+  if (size >= offsetof(tracepool_report_options_t, addresses) + sizeof o.addresses) out->addresses = o.addresses != 0;
+  return status::ok;
+}
+
+}  // namespace
+
+extern "C" {
+
+int tracepool_write_report(tracepool_t* tp, const char* path, const char* format) {
+  tracepool_report_options_t options{};
+  options.size = sizeof options;
+  options.format = format;
+  return tracepool_write_report_with(tp, path, &options);
+}
+
+int tracepool_write_report_with(tracepool_t* tp, const char* path, const tracepool_report_options_t* options) {
+  return guarded("tracepool_write_report", [&] {
+    if (tp == nullptr) return null_handle("tracepool_write_report");
+    report_request q;
+    if (status s = read_options("tracepool_write_report", options, &q); s != status::ok) return s;
+    core::report r;
+    if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
+    return core::write_report_to(r, path, q.format, q.top);
+  });
+}
+
+int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
+  if (format == nullptr) {  // this function always asked for a format
+    if (out != nullptr) *out = nullptr;
+    return code(tracepool::fail(status::invalid_argument,
+                                "tracepool_report_string: format '(null)': expected json, text or html"));
+  }
+  tracepool_report_options_t options{};
+  options.size = sizeof options;
+  options.format = format;
+  return tracepool_report_string_with(tp, &options, out);
+}
+
+int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options_t* options, char** out) {
+  return guarded("tracepool_report_string", [&] {
+    if (tp == nullptr) return null_handle("tracepool_report_string");
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_string: out is NULL");
+    *out = nullptr;
+    report_request q;
+    if (status s = read_options("tracepool_report_string", options, &q); s != status::ok) return s;
+    core::report r;
+    if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
+    return copy_out(q.render(r), out);
+  });
+}
+
+int tracepool_render_report(const char* json, size_t size, const tracepool_report_options_t* options, char** out) {
+  return guarded("tracepool_render_report", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_render_report: out is NULL");
+    *out = nullptr;
+    if (json == nullptr && size != 0)
+      return tracepool::fail(status::invalid_argument, "tracepool_render_report: json is NULL and size is %zu", size);
+    report_request q;
+    if (status s = read_options("tracepool_render_report", options, &q); s != status::ok) return s;
+    core::report r;
+    const std::string subject = q.name != nullptr ? q.name : "the text";
+    if (status s = core::read_report_json(std::string_view(json != nullptr ? json : "", size), &r, subject.c_str());
+        s != status::ok)
+      return s;
+    return copy_out(q.render(r), out);
+  });
+}
+
+int tracepool_render_html(size_t count, const char* const* reports, const size_t* sizes, const char* const* names,
+                          char** out) {
+  return guarded("tracepool_render_html", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_render_html: out is NULL");
+    *out = nullptr;
+    if (count == 0) return tracepool::fail(status::invalid_argument, "tracepool_render_html: no report (count is 0)");
+    if (reports == nullptr || sizes == nullptr)
+      return tracepool::fail(status::invalid_argument, "tracepool_render_html: reports or sizes is NULL");
+    constexpr size_t most = 4096;  // ranks of one job; more is a mistake in count
+    if (count > most)
+      return tracepool::fail(status::invalid_argument, "tracepool_render_html: count is %zu; at most %zu reports",
+                             count, most);
+    std::vector<core::report> read(count);
+    std::vector<const core::report*> pages;
+    for (size_t i = 0; i < count; ++i) {
+      const std::string subject = names != nullptr && names[i] != nullptr ? names[i] : "report " + std::to_string(i);
+      if (reports[i] == nullptr && sizes[i] != 0)
+        return tracepool::fail(status::invalid_argument, "tracepool_render_html: %s is NULL and its size is %zu",
+                               subject.c_str(), sizes[i]);
+      const std::string_view text(reports[i] != nullptr ? reports[i] : "", sizes[i]);
+      if (status s = core::read_report_json(text, &read[i], subject.c_str()); s != status::ok) return s;
+      pages.push_back(&read[i]);
+    }
+    return copy_out(core::to_html(pages), out);
+  });
+}
+
+void tracepool_string_free(char* s) { std::free(s); }
+
+int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format) {
+  return guarded("tracepool_write_oom_report", [&] {
+    if (tp == nullptr) return null_handle("tracepool_write_oom_report");
+    return tp->oom->write_last(path, format);
+  });
+}
+
+int tracepool_write_file(const char* path, const void* data, size_t size) {
+  return guarded("tracepool_write_file", [&] { return core::write_file_to(path, data, size); });
+}
+
+int tracepool_report_path(const char* path, char** out) {
+  return guarded("tracepool_report_path", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_path: out is NULL");
+    *out = nullptr;
+    if (path == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_path: path is NULL");
+    return copy_out(core::expand_report_path(path, core::this_process()), out);
+  });
+}
+
+}  // extern "C"
