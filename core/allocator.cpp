@@ -55,7 +55,8 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
   (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
   if (history_ != nullptr) (void)observers_.subscribe(history_.get());
   for (int d = 0; d < backend_->device_count(); ++d)
-    devices_.push_back(std::make_unique<device_cache>(*backend_, gate_, d, cfg.limit, cfg.validate, observers_));
+    devices_.push_back(std::make_unique<device_cache>(*backend_, gate_, d, cfg.limit, cfg.validate, observers_,
+                                                      cfg.growable));
   register_fork_participant(this);
 }
 

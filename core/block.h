@@ -1,5 +1,6 @@
-// block.h: segments (memory obtained from the backend in one call) and blocks (pieces of a segment,
-// handed out or free). Plain data; the operations live in stream_pool, which owns both.
+// block.h: segments (memory obtained from the backend in one call, or a growable range backed piece
+// by piece) and blocks (pieces of a segment, handed out, free or unmapped). Plain data; the
+// operations live in stream_pool, which owns both.
 #pragma once
 
 #include <cstddef>
@@ -19,15 +20,19 @@ enum class block_state : uint8_t {
   free,          // in its pool's free list
   allocated,     // handed to a caller
   pending_free,  // freed by the caller, waiting for events on record_stream streams (stream_reuse)
+  unmapped,      // a stretch of a growable segment with no memory behind it (Note [Growable segments])
 };
 
 // Invariants (checked by stream_pool::validate):
 //   - the blocks of a segment form a list in address order: first->ptr == seg->ptr,
 //     b->next->ptr == b->ptr + b->size, and the sizes add up to seg->size;
 //   - size is a multiple of min_block_size, so every block is 512-byte aligned (segments are);
-//   - no two neighbours are both free: free() merges them;
+//   - no two neighbours are both free, or both unmapped: they are merged;
 //   - state == free  <=>  the block is in its pool's free list;
-//   - counted_split  <=>  state == free and the block is not its whole segment (inactive_split stat).
+//   - counted_split  <=>  state == free, the block is not its whole segment, and the segment is not
+//     growable (inactive_split stat; PyTorch leaves expandable segments out of it too);
+//   - unmapped blocks are in growable segments only, and start and end on the segment's piece
+//     boundaries; the bytes of the other blocks add up to the segment's `mapped`.
 struct block {
   char* ptr = nullptr;
   size_t size = 0;                 // bytes, rounded
@@ -64,6 +69,27 @@ struct block_record {
   uint64_t pool;     // the private pool it belongs to, 0 for the default (Note [Private pools])
 };
 
+// Note [Growable segments]
+// Rationale: a classic segment is one backend allocation of fixed size, so the free tail of one
+// segment and the free head of the next can never serve one request together, and a segment goes
+// back to the device only when wholly free: fragmentation. A growable segment (segments:growable) is
+// a reserved address range of about the device's size, backed by `piece`-sized mappings
+// (backend::map) where blocks need memory, and unbacked again (backend::unmap) where whole pieces lie
+// inside free blocks. A large request then extends the free block at the end of what is mapped, and
+// empty_cache gives back the free pieces of a segment that is still partly in use.
+// Approach (device_cache grows and shrinks, stream_pool keeps the blocks):
+//   - one growable segment per stream pool and pool kind, made on first need and given back (its
+//     range freed) once nothing of it is mapped; a growable segment never moves to another stream:
+//     its free pieces are unmapped instead, and other streams map the memory again;
+//   - its blocks cover the whole range; the unbacked stretches are `unmapped` blocks;
+//   - pieces: the device's page (2 MiB) for the small pool, 20 MiB for the large, as PyTorch's
+//     expandable segments, because each map costs a cuMemCreate, a cuMemMap and a cuMemSetAccess;
+//   - reserved_bytes counts mapped bytes; `segment` counts growable segments; num_device_alloc and
+//     num_device_free count map and unmap calls, one per piece.
+// Limits: the range is 1 1/8 of the device's memory (PyTorch's figure): a request the range cannot
+// hold in one stretch gets a classic segment instead. Unmapping first waits for the whole device
+// (backend::synchronize_device): a freed block's last kernels may still be running.
+
 // A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block
 // operation needs only that pool's lock. A fully free segment may move to another pool once the
 // stream it was last used on has been fenced (Note [Stream reuse] in stream_reuse.h). `first` is
@@ -79,6 +105,10 @@ struct segment {
   segment* pool_prev = nullptr;    // the owner's list of segments
   segment* pool_next = nullptr;
   uint32_t site = 0;               // call site of the allocation that made the device grow
+  size_t piece = 0;                // growable: the bytes of each map() call, its pieces; 0: classic
+  size_t mapped = 0;               // bytes with memory behind them: `size` unless growable
+
+  bool growable() const { return piece != 0; }
 };
 
 }  // namespace tracepool::core

@@ -22,18 +22,27 @@ std::string human(size_t bytes) {
 }  // namespace
 
 device_cache::device_cache(backend::backend& be, const capture_gate& gate, int device, size_t limit, bool validate,
-                           const observer_list& observers)
-    : backend_(be), gate_(gate), device_(device), validate_(validate), observers_(observers), limit_(limit) {}
+                           const observer_list& observers, bool growable)
+    : backend_(be),
+      gate_(gate),
+      device_(device),
+      validate_(validate),
+      observers_(observers),
+      growable_(growable && be.page_size(device) != 0),
+      limit_(limit) {}
 
 device_cache::~device_cache() {
+  // Unmapping waits for nothing (Note [Growable segments]); cuMemFree waits for the device itself.
+  if (growable_ && !segments_.empty()) (void)backend_.synchronize_device(device_);
   for (auto& [start, seg] : segments_) {
+    if (seg->growable()) unmap_all(seg);
+    else (void)backend_.release(device_, seg->ptr, seg->size);
     for (block* b = seg->first; b != nullptr;) {
       block* next = b->next;
       delete b->stream_uses;
       delete b;
       b = next;
     }
-    (void)backend_.release(device_, seg->ptr, seg->size);
     delete seg;
   }
 }
@@ -140,7 +149,7 @@ std::vector<stream_pool*> device_cache::pools_snapshot() {
   return out;
 }
 
-// The allocation ladder. Rungs 1-3 run under the pool's lock in try_allocate; rung 4 frees the
+// The allocation ladder. Rungs 1-4 run under the pool's lock in try_allocate; rung 5 frees the
 // cache without holding any lock and climbs once more.
 status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block** out) {
   const size_t rounded = round_size(size);
@@ -148,7 +157,8 @@ status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block
   if (s != status::out_of_memory) return s;
   // During a capture nothing goes back to the device (Note [Capture] in private_pool.h).
   if (gate_.closed()) return out_of_memory(size, rounded);
-  // Rung 4: the device is full. Give every fully free segment back, after waiting for pending frees.
+  // Rung 5: the device is full. Give every fully free segment and every free piece back, after
+  // waiting for pending frees.
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.num_alloc_retries;
@@ -165,9 +175,15 @@ status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size
   // Rung 1: a cached block of this stream; reusable at once, in stream order.
   block* b = pool->find_free(rounded, kind);
   if (b == nullptr) {
-    // Rung 2: a whole free segment of another stream whose last use has completed.
+    // Rung 2, growable segments: map pieces after the free block that ends where memory is unmapped.
+    // None is b == nullptr here: the range has no stretch left that large, and a classic segment serves.
+    if (growable_)
+      if (status s = grow_in_place(pool, rounded, kind, tag.site, &b); s != status::ok) return s;
+  }
+  if (b == nullptr) {
+    // Rung 3: a whole free classic segment of another stream whose last use has completed.
     segment* seg = take_from_other_streams(pool, rounded, kind);
-    // Rung 3: a new segment from the device.
+    // Rung 4: a new classic segment from the device.
     if (seg == nullptr) {
       if (status s = grow(pool, rounded, kind, tag.site, &seg); s != status::ok) return s;
     }
@@ -196,14 +212,7 @@ segment* device_cache::take_from_other_streams(stream_pool* pool, size_t rounded
 
 status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out) {
   const size_t bytes = segment_size_for(rounded);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto reserved = static_cast<size_t>(segment_stats_.at(stat_kind::reserved_bytes, all_pools).current);
-    if (limit_ != 0 && reserved + reserving_ + releasing_ + bytes > limit_)
-      return fail(status::out_of_memory, "device %d: a %s segment would pass the limit of %s (%s reserved)", device_,
-                  human(bytes).c_str(), human(limit_).c_str(), human(reserved).c_str());
-    reserving_ += bytes;
-  }
+  if (!admit(bytes, "segment")) return status::out_of_memory;
   // The records are made before the memory is asked for, so that once the device has said yes
   // nothing can fail.
   std::unique_ptr<segment> seg(new (std::nothrow) segment());
@@ -216,6 +225,7 @@ status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uin
   if (s != status::ok) return s;
   seg->ptr = static_cast<char*>(ptr);
   seg->size = bytes;
+  seg->mapped = bytes;
   seg->device = device_;
   seg->kind = kind;
   seg->site = site;
@@ -299,6 +309,20 @@ status device_cache::release(const std::vector<segment*>& segments) {
   return result;
 }
 
+// Bytes about to be asked of the backend count against the limit from here (reserving_); the caller
+// takes them off reserving_ once the backend has answered. False, with the reason set, past the limit.
+bool device_cache::admit(size_t bytes, const char* what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto reserved = static_cast<size_t>(segment_stats_.at(stat_kind::reserved_bytes, all_pools).current);
+  if (limit_ != 0 && reserved + reserving_ + releasing_ + bytes > limit_) {
+    fail(status::out_of_memory, "device %d: a %s of %s would pass the limit of %s (%s reserved)", device_, what,
+         human(bytes).c_str(), human(limit_).c_str(), human(reserved).c_str());
+    return false;
+  }
+  reserving_ += bytes;
+  return true;
+}
+
 status device_cache::release_free_segments(stream_pool* pool, bool wait) {
   status result = status::ok;
   std::vector<segment*> freed;
@@ -306,7 +330,9 @@ status device_cache::release_free_segments(stream_pool* pool, bool wait) {
     std::lock_guard<std::mutex> lock(pool->mutex());
     pool->process_pending(wait, /*stream_alive=*/false);
     pool->disown_free_segments(&freed);
-    if (validate_) result = check(pool, "emptying the cache");
+    if (growable_) result = unmap_free_pieces(pool);
+    if (validate_)
+      if (status s = check(pool, "emptying the cache"); s != status::ok) result = s;
   }
   if (status s = release(freed); s != status::ok && result == status::ok) result = s;
   return result;
@@ -467,7 +493,7 @@ status device_cache::validate() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t reserved = 0;
-  for (auto& [start, seg] : segments_) reserved += static_cast<int64_t>(seg->size);
+  for (auto& [start, seg] : segments_) reserved += static_cast<int64_t>(seg->mapped);
   if (reserved != segment_stats_.at(stat_kind::reserved_bytes, all_pools).current ||
       static_cast<int64_t>(segments_.size()) != segment_stats_.at(stat_kind::segment, all_pools).current)
     return fail(status::internal, "validate: device %d segments add up to %lld bytes, stats say otherwise", device_,

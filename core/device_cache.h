@@ -1,5 +1,6 @@
 // device_cache.h: everything tracepool caches on one device: one stream_pool per stream, the
-// segments obtained from the backend, the byte limit, and the allocation ladder with its OOM retry.
+// segments obtained from the backend (classic, or growable: Note [Growable segments] in block.h), the
+// byte limit, and the allocation ladder with its OOM retry.
 //
 // Locking: mutex_ (the device lock) guards pools_, segments_, segment statistics and counters. It is
 // taken under a pool's lock, never the other way (Note [Lock order] in allocator.h).
@@ -33,13 +34,16 @@ struct private_pool_info {
 class device_cache {
  public:
   // Segment events go to `observers` (Note [Observers]), which must outlive the device_cache.
+  // `growable`: segments:growable, where the backend can map memory into reserved ranges.
   device_cache(backend::backend& be, const capture_gate& gate, int device, size_t limit, bool validate,
-               const observer_list& observers);
+               const observer_list& observers, bool growable = false);
   ~device_cache();  // gives every segment back to the backend, live blocks included
   device_cache(const device_cache&) = delete;
   device_cache& operator=(const device_cache&) = delete;
 
   int device() const { return device_; }
+  // Whether pools grow growable segments (segments:growable was asked for and the backend can).
+  bool growable() const { return growable_; }
   // The pool of `stream` in private pool `pool` (0: the default one), created on first use. Stream
   // pools live as long as the device_cache. pre: `pool` is 0 or retained.
   stream_pool* pool_for(backend::stream_handle stream, uint64_t pool = 0);
@@ -97,6 +101,16 @@ class device_cache {
   segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);
   status grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out);
   status release(const std::vector<segment*>& segments);
+  // Growable segments (growable_segments.cpp). All under the pool's lock.
+  status grow_in_place(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, block** out);
+  status new_growable(stream_pool* pool, pool_kind kind, uint32_t site, segment** out);
+  status map_pieces(stream_pool* pool, block* u, size_t bytes, uint32_t site);
+  status unmap_free_pieces(stream_pool* pool);
+  status unmap_stretch(stream_pool* pool, const stream_pool::free_pieces& p);
+  status drop_growable(stream_pool* pool, segment* s);
+  bool admit(size_t bytes, const char* what);
+  void unmap_all(segment* s);
+  std::string fragmentation(size_t rounded, size_t free_on_device);
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
   status release_free_segments(stream_pool* pool, bool wait);
@@ -114,6 +128,7 @@ class device_cache {
   const int device_;
   const bool validate_;
   const observer_list& observers_;
+  const bool growable_;
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<stream_pool>> pools_;

@@ -3,6 +3,10 @@
 namespace tracepool::core {
 
 void small_free_list::insert(block* b) {
+  if (oversize(b)) {
+    oversize_.insert(b);
+    return;
+  }
   const size_t bin = bin_of(b->size);
   b->bin_prev = nullptr;
   b->bin_next = heads_[bin];
@@ -13,6 +17,10 @@ void small_free_list::insert(block* b) {
 }
 
 void small_free_list::erase(block* b) {
+  if (oversize(b)) {
+    oversize_.erase(b);
+    return;
+  }
   const size_t bin = bin_of(b->size);
   if (b->bin_prev != nullptr) b->bin_prev->bin_next = b->bin_next;
   else heads_[bin] = b->bin_next;
@@ -23,16 +31,15 @@ void small_free_list::erase(block* b) {
 }
 
 // The first non-empty bin at or above the request's: two bit scans, one in the request's word and,
-// failing that, one in the summary.
+// failing that, one in the summary. Failing both, the smallest oversize block.
 block* small_free_list::best_fit(size_t rounded) const {
   if (rounded > small_segment_size) return nullptr;
   const size_t bin = bin_of(rounded);
   size_t word = bin / 64;
   uint64_t bits = words_[word] & (~uint64_t{0} << (bin % 64));
   if (bits == 0) {
-    if (word + 1 >= words_.size()) return nullptr;
-    const uint64_t higher = summary_ & (~uint64_t{0} << (word + 1));
-    if (higher == 0) return nullptr;
+    const uint64_t higher = word + 1 >= words_.size() ? 0 : summary_ & (~uint64_t{0} << (word + 1));
+    if (higher == 0) return oversize_.empty() ? nullptr : *oversize_.begin();
     word = static_cast<size_t>(__builtin_ctzll(higher));
     bits = words_[word];
   }
@@ -40,6 +47,7 @@ block* small_free_list::best_fit(size_t rounded) const {
 }
 
 bool small_free_list::contains(const block* b) const {
+  if (oversize(b)) return oversize_.count(const_cast<block*>(b)) != 0;
   for (const block* p = heads_[bin_of(b->size)]; p != nullptr; p = p->bin_next)
     if (p == b) return true;
   return false;

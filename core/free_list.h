@@ -1,9 +1,11 @@
 // free_list.h: the free blocks of one stream pool, one structure per pool kind, each answering
 // "smallest free block of at least n bytes" (best fit).
 //
-// Small pool: free blocks are at most one 2 MiB segment, so sizes take 4096 exact values; one
-// intrusive list per size plus a two-level bitmap find the best fit in a few instructions
-// (two bit scans), with no allocation. Large pool: an ordered set by (size, address), as PyTorch.
+// Small pool: free blocks of a classic segment are at most one 2 MiB segment, so sizes take 4096 exact
+// values; one intrusive list per size plus a two-level bitmap find the best fit in a few instructions
+// (two bit scans), with no allocation. Larger free blocks, which only growable segments have (Note
+// [Growable segments] in block.h), are kept aside by size. Large pool: an ordered set by (size,
+// address), as PyTorch.
 #pragma once
 
 #include <array>
@@ -14,6 +16,10 @@
 
 namespace tracepool::core {
 
+struct by_size_then_address {
+  bool operator()(const block* a, const block* b) const { return a->size != b->size ? a->size < b->size : a->ptr < b->ptr; }
+};
+
 class small_free_list {
  public:
   static constexpr size_t bin_count = small_segment_size / min_block_size;  // 4096: bin i holds size (i+1)*512
@@ -21,10 +27,11 @@ class small_free_list {
   void insert(block* b);
   void erase(block* b);
   block* best_fit(size_t rounded) const;  // nullptr if none; does not remove
-  size_t size() const { return count_; }
+  size_t size() const { return count_ + oversize_.size(); }
   bool contains(const block* b) const;    // O(bin length); for validate()
 
  private:
+  static bool oversize(const block* b) { return b->size > small_segment_size; }
   static size_t bin_of(size_t size) { return size / min_block_size - 1; }
   void mark(size_t bin);
   void unmark(size_t bin);
@@ -32,7 +39,8 @@ class small_free_list {
   std::array<block*, bin_count> heads_{};
   std::array<uint64_t, bin_count / 64> words_{};  // bit i%64 of word i/64: bin i is non-empty
   uint64_t summary_ = 0;                          // bit w: words_[w] != 0
-  size_t count_ = 0;
+  size_t count_ = 0;                              // in the bins
+  std::set<block*, by_size_then_address> oversize_;  // over small_segment_size (growable segments)
 };
 
 class large_free_list {
@@ -44,11 +52,6 @@ class large_free_list {
   bool contains(const block* b) const { return set_.count(const_cast<block*>(b)) != 0; }
 
  private:
-  struct by_size_then_address {
-    bool operator()(const block* a, const block* b) const {
-      return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
-    }
-  };
   std::set<block*, by_size_then_address> set_;
 };
 

@@ -23,6 +23,7 @@ block* stream_pool::new_block() {
   if (spare_ == nullptr) return new block();
   block* b = spare_;
   spare_ = b->bin_next;
+  --spares_;
   *b = block();
   return b;
 }
@@ -32,6 +33,11 @@ void stream_pool::recycle(block* b) {
   b->stream_uses = nullptr;
   b->bin_next = spare_;
   spare_ = b;
+  ++spares_;
+}
+
+void stream_pool::keep_spares(size_t n) {
+  while (spares_ < n) recycle(new block());
 }
 
 void stream_pool::insert_free(block* b) {
@@ -39,7 +45,7 @@ void stream_pool::insert_free(block* b) {
   const pool_kind kind = b->seg->kind;
   if (kind == pool_kind::small) small_.insert(b);
   else large_.insert(b);
-  b->counted_split = !b->is_whole_segment();
+  b->counted_split = !b->is_whole_segment() && !b->seg->growable();
   if (b->counted_split) {
     stats_.increase(stat_kind::inactive_split, kind, 1);
     stats_.increase(stat_kind::inactive_split_bytes, kind, static_cast<int64_t>(b->size));
@@ -63,7 +69,8 @@ block* stream_pool::find_free(size_t rounded, pool_kind kind) const {
 
 block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_tag tag) {
   const pool_kind kind = b->seg->kind;
-  block* rest = should_split(kind, b->size, rounded) ? new_block() : nullptr;  // may throw: before any change
+  // may throw: before any change
+  block* rest = should_split(kind, b->size, rounded, b->seg->growable()) ? new_block() : nullptr;
   erase_free(b);
   if (rest != nullptr) {
     rest->ptr = b->ptr + rounded;
@@ -131,7 +138,13 @@ void stream_pool::release_to_free_list(block* b, bool stream_alive) {
   b->free_seq = reuse_.on_free(stream_alive);
   delete b->stream_uses;
   b->stream_uses = nullptr;
-  const uint32_t site = b->site;  // the merged block is attributed to the memory last in use
+  merge_into_free_list(b);
+}
+
+// Joins `b` (on no list) with its free neighbours and lists the result, attributed to b's site: the
+// memory last in use.
+void stream_pool::merge_into_free_list(block* b) {
+  const uint32_t site = b->site;
   if (block* p = b->prev; p != nullptr && p->state == block_state::free) {
     erase_free(p);
     absorb(p, b);
@@ -179,7 +192,7 @@ segment* stream_pool::disown_safe_segment(size_t rounded, pool_kind kind) {
   segment* best = nullptr;
   for (segment* s = segments_; s != nullptr; s = s->pool_next) {
     const block* b = s->first;
-    if (s->kind != kind || s->size < rounded || b->state != block_state::free || !b->is_whole_segment()) continue;
+    if (s->growable() || s->kind != kind || s->size < rounded || b->state != block_state::free || !b->is_whole_segment()) continue;
     if (!reuse_.safe_for_other_streams(*b)) continue;
     if (best == nullptr || s->size < best->size) best = s;
   }
@@ -188,7 +201,9 @@ segment* stream_pool::disown_safe_segment(size_t rounded, pool_kind kind) {
 }
 
 void stream_pool::disown_free_segments(std::vector<segment*>* out) {
-  auto whole_free = [](const segment* s) { return s->first->state == block_state::free && s->first->is_whole_segment(); };
+  auto whole_free = [](const segment* s) {
+    return !s->growable() && s->first->state == block_state::free && s->first->is_whole_segment();
+  };
   size_t n = 0;
   for (segment* s = segments_; s != nullptr; s = s->pool_next) n += whole_free(s);
   out->reserve(out->size() + n);  // may throw: before anything changes
@@ -210,15 +225,110 @@ void stream_pool::record_stream(block* b, backend::stream_handle used_on) {
   b->stream_uses->push_back(used_on);
 }
 
+// A report's segment is a stretch of mapped memory: a classic segment, or one mapped run of a growable
+// one (as PyTorch's snapshots show expandable segments).
 void stream_pool::collect(std::vector<block_record>* out) const {
-  for (const segment* s = segments_; s != nullptr; s = s->pool_next)
+  for (const segment* s = segments_; s != nullptr; s = s->pool_next) {
+    const block* run = nullptr;
+    size_t run_size = 0;
     for (const block* b = s->first; b != nullptr; b = b->next) {
+      if (b->state == block_state::unmapped) continue;
+      if (b->prev == nullptr || b->prev->state == block_state::unmapped) {
+        run = b;
+        run_size = 0;
+        for (const block* r = b; r != nullptr && r->state != block_state::unmapped; r = r->next) run_size += r->size;
+      }
       const bool live = b->state == block_state::allocated, pending = b->state == block_state::pending_free;
-      out->push_back(block_record{b->site, b->birth, b->size, b->requested, live,
-                                  !live && !pending && !b->is_whole_segment(), pending, s->kind,
-                                  reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(s->ptr), s->size,
+      out->push_back(block_record{b->site, b->birth, b->size, b->requested, live, b->counted_split, pending, s->kind,
+                                  reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(run->ptr), run_size,
                                   reinterpret_cast<uintptr_t>(stream_), pool_});
     }
+  }
+}
+
+// ---- Growable segments --------------------------------------------------------------------------
+
+void stream_pool::adopt_growable(segment* s) {
+  s->owner = this;
+  link(s);
+  growable_[static_cast<int>(s->kind)] = s;
+}
+
+void stream_pool::disown_growable(segment* s) {
+  unlink(s);
+  growable_[static_cast<int>(s->kind)] = nullptr;
+}
+
+// Splits `b` at `at` bytes; the new right part, in b's state and with its history, is returned.
+block* stream_pool::split_off(block* b, size_t at) {
+  block* r = new_block();
+  r->ptr = b->ptr + at;
+  r->size = b->size - at;
+  r->seg = b->seg;
+  r->prev = b;
+  r->next = b->next;
+  r->state = b->state;
+  r->free_seq = b->free_seq;
+  r->site = b->site;
+  if (b->next != nullptr) b->next->prev = r;
+  b->next = r;
+  b->size = at;
+  return r;
+}
+
+void stream_pool::merge_unmapped(block* u) {
+  if (block* p = u->prev; p != nullptr && p->state == block_state::unmapped) {
+    absorb(p, u);
+    u = p;
+  }
+  if (block* n = u->next; n != nullptr && n->state == block_state::unmapped) absorb(u, n);
+}
+
+// A walk over the segment's blocks: it runs only when no cached block fits, before a map that costs
+// tens of microseconds.
+block* stream_pool::growth_room(const segment* s, size_t rounded, size_t* bytes) const {
+  block* best = nullptr;
+  for (block* u = s->first; u != nullptr; u = u->next) {
+    if (u->state != block_state::unmapped) continue;
+    const size_t have = u->prev != nullptr && u->prev->state == block_state::free ? u->prev->size : 0;
+    const size_t need = have >= rounded ? s->piece : (rounded - have + s->piece - 1) / s->piece * s->piece;
+    if (need > u->size || (best != nullptr && need >= *bytes)) continue;
+    best = u;
+    *bytes = need;
+  }
+  return best;
+}
+
+void stream_pool::mapped(block* u, size_t bytes, uint32_t site) {
+  if (bytes < u->size) split_off(u, bytes);  // the rest stays unmapped
+  u->free_seq = 0;                            // new memory: idle on the device
+  u->site = site;
+  u->seg->mapped += bytes;
+  merge_into_free_list(u);
+}
+
+void stream_pool::unmappable(const segment* s, std::vector<free_pieces>* out) const {
+  for (block* b = s->first; b != nullptr; b = b->next) {
+    if (b->state != block_state::free) continue;
+    const size_t at = static_cast<size_t>(b->ptr - s->ptr);
+    const size_t begin = (at + s->piece - 1) / s->piece * s->piece, end = (at + b->size) / s->piece * s->piece;
+    if (end > begin) out->push_back(free_pieces{b, s->ptr + begin, end - begin, reuse_.safe_for_other_streams(*b)});
+  }
+}
+
+void stream_pool::unmapped(const free_pieces& p, size_t bytes) {
+  block* b = p.b;
+  erase_free(b);
+  const size_t from = static_cast<size_t>(p.begin - b->ptr), to = from + bytes;
+  block* tail = to < b->size ? split_off(b, to) : nullptr;
+  block* middle = from > 0 ? split_off(b, from) : b;
+  middle->state = block_state::unmapped;
+  middle->free_seq = 0;
+  middle->site = 0;
+  b->seg->mapped -= bytes;
+  if (middle != b) insert_free(b);
+  if (tail != nullptr) insert_free(tail);
+  merge_unmapped(middle);
 }
 
 void stream_pool::link(segment* s) {
@@ -237,28 +347,43 @@ void stream_pool::unlink(segment* s) {
 
 // ---- validate -----------------------------------------------------------------------------------
 
+// One block's place among its neighbours and lists.
+status stream_pool::validate_block(const segment* s, const block* b) const {
+  if (b->next != nullptr && b->next->prev != b)
+    return fail(status::internal, "validate: block %p has a broken neighbour link", b->ptr);
+  const bool is_free = b->state == block_state::free, unmapped = b->state == block_state::unmapped;
+  if ((is_free || unmapped) && b->next != nullptr && b->next->state == b->state)
+    return fail(status::internal, "validate: %s blocks %p and %p were not merged", unmapped ? "unmapped" : "free",
+                b->ptr, b->next->ptr);
+  const bool listed = s->kind == pool_kind::small ? small_.contains(b) : large_.contains(b);
+  if (is_free != listed || b->counted_split != (is_free && !b->is_whole_segment() && !s->growable()))
+    return fail(status::internal, "validate: block %p free-list membership disagrees with its state", b->ptr);
+  if (unmapped && (!s->growable() || static_cast<size_t>(b->ptr - s->ptr) % s->piece != 0 || b->size % s->piece != 0))
+    return fail(status::internal, "validate: unmapped block %p of segment %p is not whole pieces of a growable segment",
+                b->ptr, s->ptr);
+  return status::ok;
+}
+
 status stream_pool::validate_segment(const segment* s, stat_table* seen) const {
   const char* where = s->kind == pool_kind::small ? "small" : "large";
   if (s->owner != this || s->first == nullptr || s->first->ptr != s->ptr || s->first->prev != nullptr)
     return fail(status::internal, "validate: %s segment %p has a bad owner or first block", where, s->ptr);
-  size_t total = 0;
+  if (s->growable() != (growable_[static_cast<int>(s->kind)] == s))
+    return fail(status::internal, "validate: %s segment %p is growable but not its pool's, or the other way", where,
+                s->ptr);
+  size_t total = 0, mapped = 0;
   for (const block* b = s->first; b != nullptr; b = b->next) {
     if (b->seg != s || b->size == 0 || b->size % min_block_size != 0 || b->ptr != s->ptr + total)
       return fail(status::internal, "validate: block %p in segment %p is misplaced or misaligned", b->ptr, s->ptr);
-    if (b->next != nullptr && b->next->prev != b)
-      return fail(status::internal, "validate: block %p has a broken neighbour link", b->ptr);
+    if (status st = validate_block(s, b); st != status::ok) return st;
     const bool is_free = b->state == block_state::free;
-    if (is_free && b->next != nullptr && b->next->state == block_state::free)
-      return fail(status::internal, "validate: free blocks %p and %p were not merged", b->ptr, b->next->ptr);
-    const bool listed = s->kind == pool_kind::small ? small_.contains(b) : large_.contains(b);
-    if (is_free != listed || b->counted_split != (is_free && !b->is_whole_segment()))
-      return fail(status::internal, "validate: block %p free-list membership disagrees with its state", b->ptr);
     const auto bytes = static_cast<int64_t>(b->size);
     if (is_free && b->counted_split) {
       seen->increase(stat_kind::inactive_split, s->kind, 1);
       seen->increase(stat_kind::inactive_split_bytes, s->kind, bytes);
     }
-    if (!is_free) {
+    if (b->state != block_state::unmapped) mapped += b->size;
+    if (b->state == block_state::allocated || b->state == block_state::pending_free) {
       seen->increase(stat_kind::active, s->kind, 1);
       seen->increase(stat_kind::active_bytes, s->kind, bytes);
     }
@@ -269,8 +394,9 @@ status stream_pool::validate_segment(const segment* s, stat_table* seen) const {
     }
     total += b->size;
   }
-  if (total != s->size)
-    return fail(status::internal, "validate: blocks of segment %p add up to %zu, not %zu", s->ptr, total, s->size);
+  if (total != s->size || mapped != s->mapped)
+    return fail(status::internal, "validate: blocks of segment %p add up to %zu bytes, %zu mapped, not %zu and %zu",
+                s->ptr, total, mapped, s->size, s->mapped);
   return status::ok;
 }
 

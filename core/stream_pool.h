@@ -54,13 +54,42 @@ class stream_pool {
   // other streams may use (fencing this pool's stream if needed); nullptr if there is none.
   segment* disown_safe_segment(size_t rounded, pool_kind kind);
   // Removes every whole free segment, for release to the device (the caller deletes each segment
-  // and its block once the backend has its memory, or readopts it).
+  // and its block once the backend has its memory, or readopts it). Growable segments stay.
   void disown_free_segments(std::vector<segment*>* out);
+
+  // ---- Growable segments (Note [Growable segments] in block.h); device_cache maps and unmaps ----
+  // This pool's growable segment of `kind`, or nullptr.
+  segment* growable(pool_kind kind) const { return growable_[static_cast<int>(kind)]; }
+  // Takes in new growable segment `s`, whose one block (first) is unmapped.
+  void adopt_growable(segment* s);
+  // Removes growable segment `s`, unmapped as a whole; the caller frees its range and deletes it.
+  void disown_growable(segment* s);
+  // Where `rounded` bytes fit once pieces are mapped: the unmapped block of `s` that, mapped from its
+  // start, makes with the free block before it one free block of at least `rounded` bytes with the
+  // fewest new pieces; *bytes: how much of it to map. nullptr if no stretch of `s` is large enough.
+  block* growth_room(const segment* s, size_t rounded, size_t* bytes) const;
+  // The first `bytes` of unmapped block `u` now have memory behind them: they become free, merged
+  // with a free block before them. pre: keep_spares(1).
+  void mapped(block* u, size_t bytes, uint32_t site);
+  // A stretch of whole pieces inside a free block of a growable segment: unmap() can take it back.
+  struct free_pieces {
+    block* b;
+    char* begin;
+    size_t bytes;
+    bool idle;  // the block's last use is known complete on the device (else wait for it first)
+  };
+  void unmappable(const segment* s, std::vector<free_pieces>* out) const;
+  // The first `bytes` of stretch `p` (a whole number of pieces) no longer have memory behind them:
+  // the free block keeps its ends, the middle becomes unmapped. pre: keep_spares(2).
+  void unmapped(const free_pieces& p, size_t bytes);
+  // Makes sure the next `n` blocks split off need no host allocation (throws bad_alloc), so that
+  // once the device has mapped or unmapped memory, recording it cannot fail.
+  void keep_spares(size_t n);
 
   // Record another stream that uses allocated block `b` (Tensor.record_stream).
   void record_stream(block* b, backend::stream_handle used_on);
 
-  // Appends a record of every block, for reports.
+  // Appends a record of every block that has memory behind it, for reports.
   void collect(std::vector<block_record>* out) const;
 
   const stat_table& stats() const { return stats_; }
@@ -73,11 +102,15 @@ class stream_pool {
   void insert_free(block* b);
   void erase_free(block* b);
   void release_to_free_list(block* b, bool stream_alive);
+  void merge_into_free_list(block* b);
+  block* split_off(block* b, size_t at);
+  void merge_unmapped(block* u);
   void absorb(block* left, block* right);
   void disown(segment* s);
   void link(segment* s);
   void unlink(segment* s);
   status validate_segment(const segment* s, stat_table* seen) const;
+  status validate_block(const segment* s, const block* b) const;
 
   std::mutex mutex_;
   backend::stream_handle stream_;
@@ -88,6 +121,8 @@ class stream_pool {
   stream_reuse reuse_;
   segment* segments_ = nullptr;  // intrusive list through segment::pool_next
   block* spare_ = nullptr;       // recycled block structs, linked through bin_next
+  size_t spares_ = 0;
+  segment* growable_[pool_kind_count] = {};
 };
 
 }  // namespace tracepool::core

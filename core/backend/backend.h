@@ -84,6 +84,9 @@ class backend {
   virtual status map(int device, void* ptr, size_t size) noexcept;
   // Takes back the memory of [ptr, ptr + size), which map() calls covered exactly (one or several).
   virtual status unmap(int device, void* ptr, size_t size) noexcept;
+  // Blocks until all work submitted to `device`, on every stream, has completed: the fence before an
+  // unmap (cuMemUnmap, unlike cuMemFree, does not wait for the device). Never called during a capture.
+  virtual status synchronize_device(int device) noexcept = 0;
 
   // ---- fork() (Note [Fork] in fork_guard.h) ----
   // Takes the backend's own locks before fork(); releases them after it, in parent and child.

@@ -73,6 +73,7 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(stream_create, cuStreamCreate, PFN_cuStreamCreate_v2000)                              \
   X(stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                           \
   X(stream_synchronize, cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)               \
+  X(ctx_synchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                        \
   X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
   X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
   X(device_get_attribute, cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)            \
@@ -406,6 +407,12 @@ class cuda_backend final : public backend {
         it = state.mapped.erase(it);
       }
       return status::ok;
+    });
+  }
+
+  status synchronize_device(int device) noexcept override {
+    return with_context(device, "cuCtxSynchronize", [&] {
+      return check(api_.ctx_synchronize(), "cuCtxSynchronize on device %d", device);
     });
   }
 

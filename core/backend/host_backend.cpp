@@ -264,6 +264,17 @@ class host_backend final : public backend {
     return status::ok;
   }
 
+  // Every stream of the device: a hold on any of them would make the wait hang, so it fails instead.
+  status synchronize_device(int device) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = check(device); s != status::ok) return s;
+    refused_by_capture("synchronize_device");
+    for (const hold* h : held_)
+      if (h->device == device)
+        return fail(status::backend_error, "host backend: a stream of device %d is held; waiting would hang", device);
+    return status::ok;
+  }
+
   status hold_stream(int device, stream_handle stream, void** out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;

@@ -60,6 +60,7 @@ struct config {
   host_options host;                                  // host_devices, host_capacity, fail_alloc, fail_call, fail_above
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
+  bool growable = false;  // segments: classic | growable (Note [Growable segments] in block.h)
 
   capture_mode capture = capture_mode::all;            // capture: off | native | python | all | hybrid
   int capture_depth = 32;                              // capture_depth: native frames kept per call site, 1-256

@@ -36,10 +36,12 @@ constexpr size_t segment_size_for(size_t rounded) {
 
 // Whether a free block of `block_size` serving `rounded` keeps the remainder as a free block.
 // Small blocks split whenever a minimal block remains; large ones only when over 1 MiB remains,
-// so that large segments are not cut into slivers no large request can use.
-constexpr bool should_split(pool_kind kind, size_t block_size, size_t rounded) {
+// so that large segments are not cut into slivers no large request can use. In a growable segment
+// (Note [Growable segments] in block.h) every block splits, as in PyTorch's expandable segments:
+// a sliver merges again with the free stretch beside it, and its pieces can be unmapped.
+constexpr bool should_split(pool_kind kind, size_t block_size, size_t rounded, bool growable = false) {
   const size_t remaining = block_size - rounded;
-  return kind == pool_kind::small ? remaining >= min_block_size : remaining > small_request_max;
+  return kind == pool_kind::small || growable ? remaining >= min_block_size : remaining > small_request_max;
 }
 
 }  // namespace tracepool::core

@@ -19,11 +19,16 @@
 namespace tracepool::core {
 namespace {
 
+// A parameter names the backend, and "_growable" adds segments:growable (Note [Growable segments]).
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
+  std::string backend_name() const { return GetParam().substr(0, GetParam().find('_')); }
+  bool growable() const { return GetParam().find("_growable") != std::string::npos; }
+
   void SetUp() override {
     config cfg;
-    const std::string text = "backend:" + GetParam() + ",validate:on";
+    const std::string text =
+        "backend:" + backend_name() + ",validate:on" + (growable() ? ",segments:growable" : "");
     ASSERT_EQ(parse_config(text.c_str(), &cfg), status::ok) << last_error();
     const status s = allocator::create(cfg, &alloc_);
     if (s == status::unavailable) GTEST_SKIP() << "backend " << GetParam() << " unavailable here: " << last_error();
@@ -95,9 +100,14 @@ TEST_P(Conformance, OtherStreamWaitsForEvent) {
   ASSERT_EQ(backend().synchronize_stream(0, a), status::ok) << last_error();
   void* r = nullptr;
   ASSERT_EQ(alloc_->malloc(1 << 20, 0, c, &r), status::ok);  // a finished: its idle segment may move
-  EXPECT_TRUE(static_cast<char*>(r) >= static_cast<char*>(p) && static_cast<char*>(r) < static_cast<char*>(p) + (2 << 20));
   ASSERT_EQ(alloc_->free(q), status::ok);
   ASSERT_EQ(alloc_->free(r), status::ok);
+  if (growable()) {
+    // A growable segment stays with its stream: c maps pieces of its own.
+    EXPECT_EQ(stats().counters.num_device_alloc, 3u);
+    return;
+  }
+  EXPECT_TRUE(static_cast<char*>(r) >= static_cast<char*>(p) && static_cast<char*>(r) < static_cast<char*>(p) + (2 << 20));
   EXPECT_EQ(stats().counters.num_device_alloc, 2u) << "the third block came from the fenced segment";
 }
 
@@ -128,12 +138,22 @@ TEST_P(Conformance, EmptyCacheGivesSegmentsBack) {
   std::vector<void*> ptrs(16);
   for (auto& p : ptrs) ASSERT_EQ(alloc_->malloc(32 << 20, 0, nullptr, &p), status::ok);
   for (auto p : ptrs) ASSERT_EQ(alloc_->free(p), status::ok);
-  EXPECT_EQ(current(stat_kind::reserved_bytes), 16 * (32 << 20)) << "freed memory stays cached";
+  // Classic: one 32 MiB segment each. Growable: 20 MiB pieces back to back, the last one partly used.
+  const int64_t reserved = current(stat_kind::reserved_bytes), want = int64_t{16} * (32 << 20);
+  if (growable()) {
+    EXPECT_GE(reserved, want) << "freed memory stays cached";
+    EXPECT_LT(reserved, want + (20 << 20)) << "pieces follow one another in one range";
+    EXPECT_EQ(static_cast<int64_t>(stats().counters.num_device_alloc), reserved / (20 << 20)) << "one map per piece";
+  } else {
+    EXPECT_EQ(reserved, want) << "freed memory stays cached";
+    EXPECT_EQ(stats().counters.num_device_alloc, 16u);
+  }
   ASSERT_EQ(alloc_->empty_cache(0), status::ok);
   EXPECT_EQ(current(stat_kind::reserved_bytes), 0);
+  EXPECT_EQ(current(stat_kind::segment), 0) << "nothing mapped: the growable range is given back too";
   ASSERT_EQ(alloc_->memory_info(0, &free_after, &total), status::ok);
   EXPECT_GE(free_after + (8 << 20), free_before) << "the device got its memory back";
-  EXPECT_EQ(stats().counters.num_device_free, 16u);
+  EXPECT_EQ(stats().counters.num_device_free, stats().counters.num_device_alloc);
 }
 
 TEST_P(Conformance, RequestBeyondTheDeviceFailsCleanly) {
@@ -226,7 +246,7 @@ TEST_P(Conformance, AForkedChildSaysWhatItCannotUseAndFreesWhatItInherited) {
   ASSERT_EQ(alloc_->malloc(3 << 20, 0, nullptr, &kept), status::ok);
   ASSERT_EQ(alloc_->malloc(4096, 0, nullptr, &used_elsewhere), status::ok);
   ASSERT_EQ(alloc_->record_stream(used_elsewhere, s), status::ok);
-  const bool cuda = GetParam() == "cuda";
+  const bool cuda = backend_name() == "cuda";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -315,7 +335,7 @@ TEST_P(Conformance, ReservedRangesRefuseADoubleMapAndAFullDeviceCleanly) {
   EXPECT_EQ(be.free_range(0, base, 4 * page), status::ok) << last_error();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("host", "cuda"),
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("host", "cuda", "host_growable", "cuda_growable"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -12,10 +13,12 @@
 namespace tracepool::testing {
 
 // A core allocator on the host backend with `extra` configuration ("key:value,...") appended.
-// Every invariant is checked after each operation (validate:on).
+// Every invariant is checked after each operation (validate:on). TRACEPOOL_TEST_CONF, where set,
+// comes last: ctest runs suites again with segments:growable so.
 inline std::unique_ptr<core::allocator> host_allocator(const std::string& extra = "") {
   core::config cfg;
-  const std::string text = "backend:host,validate:on" + (extra.empty() ? "" : "," + extra);
+  std::string text = "backend:host,validate:on" + (extra.empty() ? "" : "," + extra);
+  if (const char* more = std::getenv("TRACEPOOL_TEST_CONF"); more != nullptr && *more != '\0') text += "," + std::string(more);
   EXPECT_EQ(core::parse_config(text.c_str(), &cfg), status::ok) << last_error();
   std::unique_ptr<core::allocator> a;
   EXPECT_EQ(core::allocator::create(cfg, &a), status::ok) << last_error();

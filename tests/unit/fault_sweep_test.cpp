@@ -126,7 +126,8 @@ TEST(FaultSweep, EveryFailedBackendCallIsCleanAndLosesNothing) {
     EXPECT_EQ(current(st, stat_kind::reserved_bytes), 0) << "k=" << k;
     const backend::host_ledger l = ledger_of(*a);
     EXPECT_EQ(l.bytes_in_use, 0u) << "k=" << k << ": device memory leaked";
-    EXPECT_LE(l.events_out, 2u) << "k=" << k << ": events leaked (at most one fence per stream may be in flight)";
+    // Streams 0 and 1, and the null stream of the check above.
+    EXPECT_LE(l.events_out, 3u) << "k=" << k << ": events leaked (at most one fence per stream may be in flight)";
     faults += l.faults;
     for (int i = 0; i < backend::host_ledger::kinds; ++i) by_kind[i] += l.faults_by_kind[i];
     failed_ops += static_cast<size_t>(w.failed());

@@ -1,0 +1,212 @@
+// Growable segments (Note [Growable segments] in core/block.h) on the host backend, which emulates
+// reserved ranges and their pieces: where memory goes, what goes back and when, and what the
+// statistics say. The other suites run again with segments:growable (tests/CMakeLists.txt).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace tracepool::core {
+namespace {
+
+using testing::current;
+using testing::host_allocator;
+using testing::stats_of;
+
+constexpr size_t MiB = size_t{1} << 20;
+constexpr int64_t piece = 20 << 20;  // a large-pool piece
+
+backend::stream_handle stream(int i) { return reinterpret_cast<backend::stream_handle>(4096 * (1 + i)); }
+
+std::unique_ptr<allocator> growable(const std::string& extra = "") {
+  return host_allocator("segments:growable" + (extra.empty() ? "" : "," + extra));
+}
+
+// The free tail of what is mapped serves a larger request once a piece is added behind it: 12 MiB
+// cached plus 20 MiB more hold 30 MiB on a 40 MiB device. Classic segments need a 30 MiB segment
+// beside the cached 20 MiB one, and so an out-of-memory retry (OutOfMemory.ReleasesCachedSegmentsAndRetries).
+TEST(Growable, ALargeRequestExtendsTheFreeTailInsteadOfANewSegment) {
+  auto a = growable("host_capacity:40MiB");
+  void *p = nullptr, *q = nullptr;
+  ASSERT_EQ(a->malloc(12 * MiB, 0, nullptr, &p), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(a->malloc(30 * MiB, 0, nullptr, &q), status::ok) << last_error();
+  EXPECT_EQ(q, p) << "the cached block grew in place";
+  const auto s = stats_of(*a);
+  EXPECT_EQ(s.counters.num_alloc_retries, 0u);
+  EXPECT_EQ(s.counters.num_device_alloc, 2u) << "two pieces mapped, one at a time";
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 2 * piece);
+  EXPECT_EQ(current(s, stat_kind::segment), 1) << "one growable segment";
+  ASSERT_EQ(a->free(q), status::ok);
+}
+
+// reserved_bytes: bytes mapped; segment: growable segments; num_device_alloc/free: map and unmap
+// calls, a piece each; inactive_split leaves growable segments out, as PyTorch does.
+TEST(Growable, StatisticsCountMappedBytesAndPieces) {
+  auto a = growable();
+  void *small = nullptr, *large = nullptr;
+  ASSERT_EQ(a->malloc(1000, 0, nullptr, &small), status::ok);
+  ASSERT_EQ(a->malloc(25 * MiB, 0, nullptr, &large), status::ok);
+  auto s = stats_of(*a);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), int64_t{2 << 20} + 2 * piece);
+  EXPECT_EQ(s.table.at(stat_kind::reserved_bytes, static_cast<int>(pool_kind::small)).current, 2 << 20);
+  EXPECT_EQ(current(s, stat_kind::segment), 2) << "a small and a large growable segment";
+  EXPECT_EQ(s.counters.num_device_alloc, 3u);
+  EXPECT_EQ(current(s, stat_kind::inactive_split), 0);
+  EXPECT_EQ(current(s, stat_kind::allocated_bytes), 1024 + 25 * int64_t{MiB});
+  ASSERT_EQ(a->free(small), status::ok);
+  ASSERT_EQ(a->free(large), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok);
+  s = stats_of(*a);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 0);
+  EXPECT_EQ(current(s, stat_kind::segment), 0) << "nothing mapped: the ranges went back";
+  EXPECT_EQ(s.counters.num_device_free, 3u);
+  backend::host_ledger l;
+  ASSERT_TRUE(backend::read_host_ledger(a->device_backend(), &l));
+  EXPECT_EQ(l.bytes_in_use, 0u);
+}
+
+// The gain over classic segments: the free middle of a segment still in use goes back to the device,
+// and a later request maps where the fewest new pieces make it fit.
+TEST(Growable, EmptyCacheUnmapsTheFreePiecesOfASegmentStillInUse) {
+  auto a = growable();
+  void *first = nullptr, *middle = nullptr, *last = nullptr;
+  ASSERT_EQ(a->malloc(20 * MiB, 0, nullptr, &first), status::ok);   // piece 0
+  ASSERT_EQ(a->malloc(60 * MiB, 0, nullptr, &middle), status::ok);  // pieces 1-3
+  ASSERT_EQ(a->malloc(10 * MiB, 0, nullptr, &last), status::ok);    // half of piece 4
+  EXPECT_EQ(static_cast<char*>(middle), static_cast<char*>(first) + 20 * MiB);
+  EXPECT_EQ(static_cast<char*>(last), static_cast<char*>(middle) + 60 * MiB);
+  ASSERT_EQ(a->free(middle), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 5 * piece);
+  ASSERT_EQ(a->empty_cache(0), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 * piece) << "pieces 1-3 went back";
+  EXPECT_EQ(stats_of(*a).counters.num_device_free, 3u);
+
+  // Reports see two stretches of mapped memory, as PyTorch's snapshots show expandable segments.
+  std::vector<block_record> blocks;
+  ASSERT_EQ(a->collect_blocks(0, &blocks), status::ok);
+  std::vector<std::pair<uintptr_t, size_t>> segments;
+  for (const block_record& r : blocks)
+    if (segments.empty() || segments.back().first != r.segment) segments.emplace_back(r.segment, r.segment_size);
+  ASSERT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments[0], std::make_pair(reinterpret_cast<uintptr_t>(first), size_t{20} * MiB));
+  EXPECT_EQ(segments[1], std::make_pair(reinterpret_cast<uintptr_t>(last), size_t{20} * MiB));
+
+  // 50 MiB: the hole needs 3 pieces, the 10 MiB free after `last` needs 2 more: it goes there.
+  void* big = nullptr;
+  ASSERT_EQ(a->malloc(50 * MiB, 0, nullptr, &big), status::ok);
+  EXPECT_EQ(static_cast<char*>(big), static_cast<char*>(last) + 10 * MiB);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 4 * piece);
+  // 60 MiB fills the hole again.
+  void* refill = nullptr;
+  ASSERT_EQ(a->malloc(60 * MiB, 0, nullptr, &refill), status::ok);
+  EXPECT_EQ(refill, middle);
+  for (void* p : {first, last, big, refill}) ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+}
+
+// A full device: the retry unmaps what another stream caches, and this stream maps it again. Classic
+// segments would move the idle segment to the other stream instead.
+TEST(Growable, OutOfMemoryUnmapsFreePiecesOfEveryStreamAndRetries) {
+  auto a = growable("host_capacity:64MiB");
+  void *p = nullptr, *q = nullptr;
+  ASSERT_EQ(a->malloc(40 * MiB, 0, stream(1), &p), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(a->malloc(40 * MiB, 0, stream(2), &q), status::ok) << last_error();
+  const auto s = stats_of(*a);
+  EXPECT_EQ(s.counters.num_alloc_retries, 1u);
+  EXPECT_EQ(s.counters.num_device_free, 3u) << "stream 1's two pieces, and the one stream 2 mapped before the device was full";
+  EXPECT_EQ(s.counters.num_device_alloc, 5u);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 2 * piece);
+  EXPECT_EQ(current(s, stat_kind::segment), 1) << "stream 1's segment, unmapped, went back";
+  ASSERT_EQ(a->free(q), status::ok);
+}
+
+// cuMemUnmap does not wait for kernels still reading a freed block: unmapping waits for the device
+// first. The host backend cannot wait while a stream is held, so the pieces stay, cached and whole.
+TEST(Growable, UnmappingWaitsForTheDevice) {
+  auto a = growable();
+  backend::backend& be = a->device_backend();
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(40 * MiB, 0, stream(1), &p), status::ok);
+  void* hold = nullptr;
+  ASSERT_EQ(be.hold_stream(0, stream(1), &hold), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);  // queued work on stream 1 may still use it
+  EXPECT_EQ(a->empty_cache(0), status::backend_error);
+  EXPECT_NE(std::string(last_error()).find("could not be waited for"), std::string::npos) << last_error();
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 * piece) << "nothing unmapped";
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+  ASSERT_EQ(be.release_hold(hold), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok) << last_error();
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+}
+
+// Emptying the cache after a stream is gone waits for the device, not for the stream: the host
+// backend aborts if an event is recorded on a destroyed stream.
+TEST(Growable, EmptyCacheAfterAStreamIsDestroyedTouchesNoStream) {
+  auto a = growable();
+  backend::backend& be = a->device_backend();
+  backend::stream_handle s = nullptr;
+  ASSERT_EQ(be.create_stream(0, &s), status::ok);
+  std::vector<void*> ptrs(40);
+  for (auto& p : ptrs) ASSERT_EQ(a->malloc(256 << 10, 0, s, &p), status::ok);
+  for (auto p : ptrs) ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(be.destroy_stream(0, s), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 10 << 20);
+  ASSERT_EQ(a->empty_cache(0), status::ok) << last_error();
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 0);
+}
+
+// A map the device refuses part way keeps what it mapped as cache; nothing is lost, and the
+// statistics and the host's ledger agree.
+TEST(Growable, AMapRefusedPartWayKeepsThePiecesMappedBefore) {
+  auto a = growable("host_capacity:50MiB,oom_report:off");
+  void* p = nullptr;
+  EXPECT_EQ(a->malloc(45 * MiB, 0, nullptr, &p), status::out_of_memory) << "three pieces, 60 MiB";
+  EXPECT_EQ(p, nullptr);
+  auto s = stats_of(*a);
+  EXPECT_EQ(s.counters.num_ooms, 1u);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 2 * piece) << "the two pieces mapped stay, as cache";
+  backend::host_ledger l;
+  ASSERT_TRUE(backend::read_host_ledger(a->device_backend(), &l));
+  EXPECT_EQ(l.bytes_in_use, 2 * size_t{piece});
+  const uint64_t maps = s.counters.num_device_alloc;  // 4: the retry unmapped both and mapped them again
+  ASSERT_EQ(a->malloc(35 * MiB, 0, nullptr, &p), status::ok) << "they serve what fits";
+  EXPECT_EQ(stats_of(*a).counters.num_device_alloc, maps);
+  ASSERT_EQ(a->free(p), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok);
+  ASSERT_TRUE(backend::read_host_ledger(a->device_backend(), &l));
+  EXPECT_EQ(l.bytes_in_use, 0u);
+}
+
+// Small blocks share 2 MiB pieces; free small blocks merge beyond one piece and are still found.
+TEST(Growable, SmallBlocksMergeAcrossPiecesAndAreFoundAgain) {
+  auto a = growable();
+  std::vector<void*> ptrs(12);
+  for (auto& p : ptrs) ASSERT_EQ(a->malloc(1 << 20, 0, nullptr, &p), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 12 << 20) << "two 1 MiB blocks a piece";
+  for (auto p : ptrs) ASSERT_EQ(a->free(p), status::ok);  // one free block of 12 MiB
+  void* q = nullptr;
+  ASSERT_EQ(a->malloc(700 << 10, 0, nullptr, &q), status::ok);
+  EXPECT_EQ(q, ptrs[0]) << "the merged block served it";
+  EXPECT_EQ(stats_of(*a).counters.num_device_alloc, 6u) << "nothing new mapped";
+  ASSERT_EQ(a->empty_cache(0), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 2 << 20) << "the piece in use stays";
+  ASSERT_EQ(a->free(q), status::ok);
+}
+
+TEST(Growable, ConfigurationNamesTheChoices) {
+  config cfg;
+  EXPECT_EQ(parse_config("segments:growable", &cfg), status::ok);
+  EXPECT_TRUE(cfg.growable);
+  EXPECT_EQ(parse_config("segments:classic", &cfg), status::ok);
+  EXPECT_FALSE(cfg.growable);
+  EXPECT_EQ(parse_config("segments:expandable", &cfg), status::bad_config);
+  EXPECT_NE(std::string(last_error()).find("classic or growable"), std::string::npos) << last_error();
+}
+
+}  // namespace
+}  // namespace tracepool::core
