@@ -16,6 +16,8 @@ namespace {
 size_t piece_for(pool_kind kind, size_t page) {
   return kind == pool_kind::small ? page : (large_segment_size + page - 1) / page * page;
 }
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 }  // namespace
 
 // b stays nullptr where the segment has no stretch that holds `rounded`, or no range could be
@@ -77,8 +79,15 @@ status device_cache::new_growable(stream_pool* pool, pool_kind kind, uint32_t si
 status device_cache::map_pieces(stream_pool* pool, block* u, size_t bytes, uint32_t site) {
   segment* s = u->seg;
   pool->keep_spares(1);  // may throw: before anything is mapped
-  const bool admitted = admit(bytes, "growable segment's map");
+  // More than the device has free would be mapped piece by piece only to fail and be unmapped again
+  // (thousands of pieces for a request beyond the device): the retry empties the cache first.
+  size_t free_bytes = 0, total_bytes = 0;
+  const bool fits = backend_.memory_info(device_, &free_bytes, &total_bytes) != status::ok || bytes <= free_bytes;
+  const bool admitted = fits && admit(bytes, "growable segment's map");
   status st = admitted ? status::ok : status::out_of_memory;
+  if (!fits)
+    fail(status::out_of_memory, "device %d: %.2f MiB to map, %.2f MiB free of %.2f MiB", device_, mib(bytes),
+         mib(free_bytes), mib(total_bytes));
   size_t done = 0;
   for (; st == status::ok && done < bytes; done += s->piece) {
     st = backend_.map(device_, u->ptr + done, s->piece);

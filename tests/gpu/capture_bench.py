@@ -29,17 +29,15 @@ VARIANT (PyTorch picks its allocator once per process, so one process each):
                      built shim, TRACEPOOL_TIMED_LIB the library it wraps): the time spent inside
                      tracepool_malloc and tracepool_free; only the CPU-bound workloads (resnet50,
                      resnet18) run there
+  pytorch_expandable PyTorch's allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  growable           tracepool.torch.install() with capture:off,segments:growable (segments_bench.py)
   VARIANT@PYTHON     VARIANT under another interpreter (a venv with another build of the package, and
                      for timed_* TRACEPOOL_TIMED_LIB_<n>, n its place among the @ variants from 1): two
                      builds compared in one relay; report rows name the plain variants only, the JSON
                      has every player
 
-WORKLOADS (set up once per process, then timed in turns):
-  resnet50   training step: ResNet-50, batch 64, channels_last, bf16 autocast, AdamW, a fresh batch
-             each step (copied from pinned host memory, as a DataLoader's batch is)
-  gpt2       training step: GPT-2 small, batch 8 x 1024, bf16 autocast, AdamW, fresh tokens each step
-  resnet18   inference at batch 1 under inference_mode, a fresh input each iteration
-  empty      torch.empty(1 MiB) alloc+free pairs through Python
+WORKLOADS (set up once per process, then timed in turns): resnet50, gpt2, varlen, resnet18, empty;
+  bench_workloads.py says what each runs.
 """
 import argparse
 import ctypes
@@ -52,17 +50,22 @@ import subprocess
 import sys
 import time
 
+from bench_workloads import empty, gpt2, resnet18, resnet50, resnet50_step, varlen  # noqa: F401 (serve's)
+
 GiB = float(1 << 30)
 CAPTURE_MODES = ("off", "python", "native", "all")
-VARIANTS = ("pytorch", "pytorch_history") + CAPTURE_MODES + tuple("timed_" + m for m in CAPTURE_MODES)
+# segments_bench.py's: PyTorch's allocator with expandable segments, and tracepool untagged on growable segments.
+SEGMENT_VARIANTS = ("pytorch_expandable", "growable")
+VARIANTS = ("pytorch", "pytorch_history") + CAPTURE_MODES + tuple("timed_" + m for m in CAPTURE_MODES) + SEGMENT_VARIANTS
 DEFAULT_VARIANTS = ("pytorch", "off", "python", "native", "all", "timed_off", "timed_python", "timed_all")
-WORKLOADS = ("resnet50", "gpt2", "resnet18", "empty")
+WORKLOADS = ("resnet50", "gpt2", "resnet18", "empty", "varlen")
 TIMED_WORKLOADS = ("resnet50", "resnet18")
 LABELS = {"resnet50": "ResNet-50 AdamW step (fresh batch)", "gpt2": "GPT-2 AdamW step",
-          "resnet18": "ResNet-18 inference, batch 1", "empty": "torch.empty loop"}
-TARGETS = {"resnet50": 1.02, "gpt2": 1.02, "resnet18": 1.05, "empty": None}  # for the default (all)
-UNITS = {"resnet50": "ms", "gpt2": "ms", "resnet18": "ms", "empty": "ns"}
-UNIT_NAMES = {"resnet50": "step", "gpt2": "step", "resnet18": "iteration", "empty": "pair"}
+          "resnet18": "ResNet-18 inference, batch 1", "empty": "torch.empty loop",
+          "varlen": "GPT-2 AdamW step, variable length"}
+TARGETS = {"resnet50": 1.02, "gpt2": 1.02, "resnet18": 1.05, "empty": None, "varlen": 1.02}  # for the default (all)
+UNITS = {"resnet50": "ms", "gpt2": "ms", "resnet18": "ms", "empty": "ns", "varlen": "ms"}
+UNIT_NAMES = {"resnet50": "step", "gpt2": "step", "resnet18": "iteration", "empty": "pair", "varlen": "step"}
 CAPTURE_TARGET_US = 0.3  # default capture, per allocation
 MARK = "@@"  # starts the serve process's replies on its stdout
 
@@ -70,9 +73,12 @@ MARK = "@@"  # starts the serve process's replies on its stdout
 def install(variant):
     """Imports torch with the variant's allocator; nothing here may initialise CUDA."""
     mode = variant.split("_", 1)[1] if variant.startswith("timed_") else variant
-    if mode in CAPTURE_MODES:
+    conf = {"growable": "capture:off,segments:growable"}.get(mode, "capture:" + mode)
+    if mode in CAPTURE_MODES or mode == "growable":
         import tracepool.torch
-        tracepool.torch.install(",".join(c for c in (os.environ.get("TRACEPOOL_CONF", ""), "capture:" + mode) if c))
+        tracepool.torch.install(",".join(c for c in (os.environ.get("TRACEPOOL_CONF", ""), conf) if c))
+    if variant == "pytorch_expandable":  # read when CUDA initialises
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     import torch
     return torch
 
@@ -99,127 +105,6 @@ def reserved_peak_gib(torch):
     """The most the allocator held from the device (all the variants' processes share the GPU, so
     what the driver says is in use is theirs together; each allocator answers memory_stats)."""
     return torch.cuda.memory_stats().get("reserved_bytes.all.peak", 0) / GiB
-
-
-def pinned_batches(torch, make, count=4):
-    """`count` host tensors in pinned memory, copied to the GPU in turn: a fresh input every step."""
-    return [make(i).pin_memory() for i in range(count)]
-
-
-def resnet50_step(torch):
-    """step(i) of the ResNet-50 training loop (torch_check.py times it too)."""
-    import torchvision
-    torch.manual_seed(0)
-    with torch.device("cuda"):  # initialised on the GPU: seconds less per process than on the CPU
-        model = torchvision.models.resnet50(weights=None).to(memory_format=torch.channels_last).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(1)
-    images = pinned_batches(torch, lambda i: torch.randn(64, 3, 224, 224, generator=gen))
-    labels = pinned_batches(torch, lambda i: torch.randint(0, 1000, (64,), generator=gen))
-
-    def step(i):
-        x = images[i % 4].to("cuda", non_blocking=True).to(memory_format=torch.channels_last)
-        y = labels[i % 4].to("cuda", non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
-
-
-class Steps:
-    """A training loop: a turn times `per_turn` steps, each between synchronisations (ms)."""
-
-    calls = 1  # steps per figure
-
-    def __init__(self, torch, step, warmup, per_turn):
-        self.torch, self.step, self.per_turn, self.i = torch, step, per_turn, 0
-        for _ in range(warmup):
-            self.one()
-
-    def one(self):
-        self.step(self.i)
-        self.i += 1
-
-    def turn(self):
-        sync, times = self.torch.cuda.synchronize, []
-        for _ in range(self.per_turn):
-            sync()
-            start = time.perf_counter()
-            self.one()
-            sync()
-            times.append((time.perf_counter() - start) * 1e3)
-        return times
-
-
-class Blocks:
-    """A loop timed in blocks: a turn times `blocks` blocks of `size` calls of one(), each block
-    ending in a synchronisation; the figure is per call (ms, or ns for the empty loop)."""
-
-    def __init__(self, torch, one, warmup, size, blocks, scale):
-        self.torch, self.one, self.calls, self.blocks, self.scale = torch, one, size, blocks, scale
-        for _ in range(warmup):
-            one()
-        torch.cuda.synchronize()
-
-    def turn(self):
-        times = []
-        for _ in range(self.blocks):
-            start = time.perf_counter()
-            for _ in range(self.calls):
-                self.one()
-            self.torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * self.scale / self.calls)
-        return times
-
-
-def resnet50(torch):
-    return Steps(torch, resnet50_step(torch), 5, 11)
-
-
-def gpt2(torch):
-    from transformers import GPT2Config, GPT2LMHeadModel
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = GPT2LMHeadModel(GPT2Config()).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    gen = torch.Generator().manual_seed(2)
-    tokens = pinned_batches(torch, lambda i: torch.randint(0, model.config.vocab_size, (8, 1024), generator=gen))
-
-    def step(i):
-        ids = tokens[i % 4].to("cuda", non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return Steps(torch, step, 3, 6)
-
-
-def resnet18(torch):
-    """Small-batch inference, where the CPU's per-op cost (allocation included) sets the pace."""
-    import torchvision
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = torchvision.models.resnet18(weights=None).eval()
-    inputs = pinned_batches(torch, lambda i: torch.randn(1, 3, 224, 224))
-    state = {"i": 0}
-
-    def one():
-        with torch.inference_mode():
-            model(inputs[state["i"] % 4].to("cuda", non_blocking=True))
-        state["i"] += 1
-    return Blocks(torch, one, 50, 25, 9, 1e3)
-
-
-def empty(torch):
-    n = 1 << 20
-
-    def one():
-        x = torch.empty(n, device="cuda")
-        del x
-    return Blocks(torch, one, 5000, 4000, 5, 1e9)
 
 
 # ---- serve: one variant's process ------------------------------------------------------------------
@@ -270,7 +155,7 @@ def serve(variant):
                 reply(ok=True, reserved_peak_gib=mem)
             elif cmd == "capture":
                 capture = {}
-                if variant != "pytorch" and not variant.startswith("pytorch_"):
+                if variant in CAPTURE_MODES or variant.startswith("timed_"):
                     import tracepool
                     capture = json.loads(tracepool.report(format="json")).get("capture", {})
                 reply(ok=True, capture={k: capture.get(k) for k in ("mode", "unwinder", "sites", "cfi_slow_stacks",

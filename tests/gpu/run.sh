@@ -25,6 +25,12 @@
 # batches, a GPT-2 step, ResNet-18 inference at batch 1 and a torch.empty loop; its budget defaults to
 # 575 s (call it with a 600 s limit). Its output goes to torch.log, the relay's figures to bench.json.
 #
+# TRACEPOOL_GPU_STEPS=segments runs instead issue 18's rows: the Python package is built, then the CUDA-graph
+# and CuPy/Numba checks run on growable segments (TRACEPOOL_CONF=segments:growable), then
+# tests/gpu/segments_bench.py's benchmark: GPT-2, ResNet-50 and variable-length GPT-2 training under PyTorch's
+# allocator, PyTorch's with expandable segments, tracepool classic and tracepool growable, taking turns
+# (a capture_bench.py relay), with step times and peak reserved bytes. Budget 575 s.
+#
 # OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log (with the stress
 # suite's and every compute-sanitizer run's output, each under a ==== header) bench.log (the trace
 # bench's output at its end) bench.json torch.log pages.tar.gz (the HTML reports of the unmarked training
@@ -39,8 +45,8 @@ BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
 LIB=$BUILD/capi/libtracepool.so
 STEPS=${TRACEPOOL_GPU_STEPS:-all}
 case $STEPS in
-  all) budget_s=570 ;; capture) budget_s=575 ;; growth) budget_s=400 ;;
-  *) echo "TRACEPOOL_GPU_STEPS: all, capture or growth, not $STEPS" >&2; exit 2 ;;
+  all) budget_s=570 ;; capture | segments) budget_s=575 ;; growth) budget_s=400 ;;
+  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth or segments, not $STEPS" >&2; exit 2 ;;
 esac
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
@@ -99,8 +105,8 @@ fi
 # ---- 2. Build -------------------------------------------------------------------------------------
 { cmake --version | head -1; nvcc --version 2>&1 | tail -2; g++ --version | head -1; } >"$OUT/build.log" 2>&1
 t0=$SECONDS
-if [[ $STEPS == capture ]]; then
-  row SKIP "build" "TRACEPOOL_GPU_STEPS=capture: the Python package alone"
+if [[ $STEPS == capture || $STEPS == segments ]]; then
+  row SKIP "build" "TRACEPOOL_GPU_STEPS=$STEPS: the Python package alone"
 elif [[ ! -f CMakeLists.txt ]]; then
   row FAIL "build" "no CMakeLists.txt in $ROOT"
 elif ! command -v cmake >/dev/null; then
@@ -125,7 +131,7 @@ fi
 # Baseline plugins for the PyTorch checks (minimal exact-size cache; tracepool timed from outside).
 REF=$BUILD/reference_plugins.so
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-[[ $STEPS == capture ]] ||
+[[ $STEPS == capture || $STEPS == segments ]] ||
   g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
     -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 ||
   echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
@@ -247,6 +253,61 @@ if [[ $STEPS == growth ]]; then
   if [[ $PY == python3 ]]; then row FAIL "unmarked: growth without marks" "no package"; else growth_step; growth_rows; fi
 fi
 
+# ---- 2e. Growable segments (issue 18; TRACEPOOL_GPU_STEPS=segments runs this alone) -------------------
+# The CUDA-graph and CuPy/Numba checks once more with segments:growable (one process each; a row each,
+# PASS when every check passed), then the relay of four allocators (segments_bench.py says what it
+# measures). The relay's JSON goes to bench.json.
+# check_step KIND NAME [ARGS]: one process of tests/gpu/KIND_check.py (graph, hosts) writing
+# WORK/KIND.NAME.json; its output and the traces of its failed checks go to torch.log.
+check_step() {
+  local kind=$1 name=$2 t rc
+  shift 2
+  t=$(budget 120 40)
+  printf '\n==== %s_check.py %s (limit %s s, %s) ====\n' "$kind" "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
+  timeout -k 5 "$t" "$PY" "tests/gpu/${kind}_check.py" run "$@" --out "$WORK/$kind.$name.json" >>"$OUT/torch.log" 2>&1
+  rc=$?
+  echo "==== exit status $rc" >>"$OUT/torch.log"
+  [[ -f $WORK/$kind.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
+    "$WORK/$kind.$name.json" >>"$OUT/torch.log" 2>&1
+}
+checks_row() {  # checks_row NAME FILE: one row from a graph_check/hosts_check JSON
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+try:
+    checks = json.load(open(path))["checks"]
+except (OSError, ValueError, KeyError) as e:
+    print("FAIL|%s|no result (%s); see torch.log" % (name, e)); sys.exit()
+bad = ["%s: %s" % (k, v["detail"][:200]) for k, v in checks.items() if v["status"] != "ok"]
+print("%s|%s|%s" % ("FAIL" if bad or not checks else "PASS", name,
+                    "; ".join(bad) if bad else "%d checks passed: %s" % (len(checks), ", ".join(checks))))
+PY
+}
+segments_step() {
+  local t
+  TRACEPOOL_CONF=segments:growable check_step graph growable --allocator tracepool
+  ROWS+=("$(checks_row "CUDA graphs on growable segments" "$WORK/graph.growable.json")")
+  TRACEPOOL_CONF=segments:growable check_step hosts growable --allocator tracepool
+  ROWS+=("$(checks_row "CuPy/Numba on growable segments" "$WORK/hosts.growable.json")")
+  t=$(budget 560 90)
+  printf '\n==== capture_bench.py relay for segments_bench.py (limit %s s, %s) ====\n' "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then row SKIP "segments bench" "time budget spent"; return; fi
+  timeout -k 10 "$t" "$PY" tests/gpu/capture_bench.py relay --out "$WORK/segments.json" --budget $((t - 30)) \
+    --turns "${TRACEPOOL_SEGMENTS_TURNS:-24}" --variants pytorch,pytorch_expandable,off,growable \
+    --workloads gpt2,resnet50,varlen >>"$OUT/torch.log" 2>&1
+  echo "==== exit status $?" >>"$OUT/torch.log"
+  cp "$WORK/segments.json" "$OUT/bench.json" 2>/dev/null
+  while IFS= read -r line; do ROWS+=("$line"); done < <(
+    { python3 tests/gpu/segments_bench.py report "$WORK/segments.json" || echo "FAIL|segments bench|segments_bench.py report failed"; } 2>&1 \
+      | grep -E '^[A-Za-z]+\|' || echo "FAIL|segments bench|segments_bench.py report printed nothing")
+}
+
+if [[ $STEPS == segments ]]; then
+  wait_for_package
+  if [[ $PY == python3 ]]; then row FAIL "segments bench" "no package to measure"; else segments_step; fi
+fi
+
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
 if [[ $STEPS == all ]]; then
 gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_tests" "$OUT/conformance.log" 1 \
@@ -312,10 +373,19 @@ TRACEPOOL_STRESS_REQUIRE_OVERLAP=1 gtest_step "CUDA stress (4 streams, kernels c
 append_log "tracepool_cuda_stress_tests (exit status of the row above)" "$WORK/stress.log"
 detail=$(stress_detail "$WORK/stress.log" 2>/dev/null) && [[ -n $detail ]] && ROWS[-1]+="; $detail"
 
+# The stress suite again on growable segments: no address moves between streams there (each stream maps
+# into a range of its own), and under the limit the retries unmap pieces while kernels run on every stream.
+TRACEPOOL_STRESS_CONF=segments:growable TRACEPOOL_STRESS_REQUIRE_MOVED=0 gtest_step "CUDA stress, growable segments" \
+  "$STRESS" "$WORK/stress_growable.log" 1 --gtest_filter='StreamStress.*'
+append_log "tracepool_cuda_stress_tests, segments:growable (exit status of the row above)" "$WORK/stress_growable.log"
+detail=$(stress_detail "$WORK/stress_growable.log" 2>/dev/null) && [[ -n $detail ]] && ROWS[-1]+="; $detail"
+
 sanitizer_step "memcheck: conformance (*cuda*)" 60 "--tool memcheck --leak-check full" \
   "$BUILD/tests/tracepool_conformance_tests" --gtest_filter='*cuda*:-*RequestBeyondTheDeviceFailsCleanly*:*RefuseADoubleMap*'
 TRACEPOOL_STRESS_REQUIRE_MOVED=0 TRACEPOOL_STRESS_ITERATIONS=${TRACEPOOL_GPU_MEMCHECK_ITERATIONS:-100} sanitizer_step "memcheck: stress" 60 \
   "--tool memcheck --leak-check full" "$STRESS" --gtest_filter='-AtExit.*:NegativeControl.StreamUnawareCacheIsCaught'
+TRACEPOOL_STRESS_CONF=segments:growable TRACEPOOL_STRESS_REQUIRE_MOVED=0 TRACEPOOL_STRESS_ITERATIONS=${TRACEPOOL_GPU_MEMCHECK_ITERATIONS:-100} \
+  sanitizer_step "memcheck: stress, growable segments" 60 "--tool memcheck --leak-check full" "$STRESS" --gtest_filter='StreamStress.*'
 TRACEPOOL_STRESS_REQUIRE_MOVED=0 TRACEPOOL_STRESS_ITERATIONS=${TRACEPOOL_GPU_RACECHECK_ITERATIONS:-40} sanitizer_step "racecheck: stress" 60 \
   "--tool racecheck" "$STRESS" \
   --gtest_filter='StreamStress.NoBlockIsHandedOutWhileInUseOnAnyStream:NegativeControl.Checker*:NegativeControl.BufferShared*'
@@ -557,20 +627,6 @@ growth_rows
 # allocator the failed capture, run last, leaves its pool's route open). graph_check.py compare gives
 # the rows. Before the PyTorch benchmarks, so that a short budget skips those rather than these.
 # torch.compile's kernels are cached on disk after the first process, so later compiles are quick.
-# check_step KIND NAME [ARGS]: one process of tests/gpu/KIND_check.py (graph, hosts) writing
-# WORK/KIND.NAME.json; its output and the traces of its failed checks go to torch.log.
-check_step() {
-  local kind=$1 name=$2 t rc
-  shift 2
-  t=$(budget 120 40)
-  printf '\n==== %s_check.py %s (limit %s s, %s) ====\n' "$kind" "$*" "$t" "$(date +%T)" >>"$OUT/torch.log"
-  if ((t == 0)); then echo "skipped: time budget spent" >>"$OUT/torch.log"; return; fi
-  timeout -k 5 "$t" "$PY" "tests/gpu/${kind}_check.py" run "$@" --out "$WORK/$kind.$name.json" >>"$OUT/torch.log" 2>&1
-  rc=$?
-  echo "==== exit status $rc" >>"$OUT/torch.log"
-  [[ -f $WORK/$kind.$name.json ]] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("%s: %s" % (k, v.get("trace", v["detail"]))) for k, v in d["checks"].items() if v["status"] != "ok"]' \
-    "$WORK/$kind.$name.json" >>"$OUT/torch.log" 2>&1
-}
 check_step graph native.1 --allocator native
 check_step graph tracepool.1 --allocator tracepool
 check_step graph tracepool.2 --allocator tracepool --checks "" --bench

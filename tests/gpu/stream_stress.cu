@@ -418,7 +418,10 @@ class Gpu : public ::testing::Test {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&log_, sizeof(mismatch_log)), cudaSuccess);
     ASSERT_EQ(cudaMemset(log_, 0, sizeof(mismatch_log)), cudaSuccess);
-    const int rc = tracepool_create("backend:cuda,validate:on,oom_report:off", &tp_);
+    // TRACEPOOL_STRESS_CONF adds to the configuration: run.sh runs the suite again with segments:growable.
+    std::string conf = "backend:cuda,validate:on,oom_report:off";
+    if (const char* more = std::getenv("TRACEPOOL_STRESS_CONF"); more != nullptr && *more != '\0') conf += "," + std::string(more);
+    const int rc = tracepool_create(conf.c_str(), &tp_);
     if (rc == TRACEPOOL_ERR_UNAVAILABLE) GTEST_SKIP() << "backend cuda unavailable: " << tracepool_last_error();
     ASSERT_EQ(rc, TRACEPOOL_OK) << tracepool_last_error();
   }

@@ -269,7 +269,7 @@ def check_gpt2_step(torch, args):
 def check_resnet_step(torch, args):
     # As a training loop runs it (issue 15): AdamW, and a fresh batch each step, copied from pinned host
     # memory as a DataLoader's is (one fixed batch and SGD allocate less, and hid the cost of call sites).
-    from capture_bench import resnet50_step  # imports torchvision: ImportError becomes a skip
+    from bench_workloads import resnet50_step  # imports torchvision: ImportError becomes a skip
     step, turn = resnet50_step(torch), [0]
 
     def next_step():
