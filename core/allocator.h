@@ -93,6 +93,10 @@ class allocator final : public fork_participant {
   status collect_blocks(int device, std::vector<block_record>* out);
 
   int device_count() const { return static_cast<int>(devices_.size()); }
+  // Whether `device` uses growable segments (Note [Growable segments] in block.h); false for a bad device.
+  bool growable_segments(int device) const {
+    return device >= 0 && device < device_count() && devices_[static_cast<size_t>(device)]->growable();
+  }
   backend::backend& device_backend() { return *backend_; }
   size_t live_blocks() { return live_.size(); }
 

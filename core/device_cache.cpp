@@ -367,11 +367,16 @@ status device_cache::out_of_memory(size_t size, size_t rounded) {
   }
   const auto reserved = static_cast<size_t>(st.table.at(stat_kind::reserved_bytes, all_pools).current);
   const auto allocated = static_cast<size_t>(st.table.at(stat_kind::allocated_bytes, all_pools).current);
+  // What the device was asked for: a classic segment, or growable pieces (as growable_segments.cpp maps them).
+  std::string asked = "segment of " + human(segment_size_for(rounded));
+  if (const size_t page = backend_.page_size(device_); growable_ && page != 0)
+    asked = "pieces of " +
+            human(pool_kind_for(rounded) == pool_kind::small ? page : (large_segment_size + page - 1) / page * page);
   return fail(status::out_of_memory,
-              "out of memory on device %d (%s): tried to allocate %s (%zu bytes requested, segment of %s). "
+              "out of memory on device %d (%s): tried to allocate %s (%zu bytes requested, %s). "
               "Device total %s, free %s. tracepool holds %s: %s allocated, %s cached. Cause: %s",
-              device_, backend_.name(), human(rounded).c_str(), size, human(segment_size_for(rounded)).c_str(),
-              human(total_bytes).c_str(), human(free_bytes).c_str(), human(reserved).c_str(), human(allocated).c_str(),
+              device_, backend_.name(), human(rounded).c_str(), size, asked.c_str(), human(total_bytes).c_str(),
+              human(free_bytes).c_str(), human(reserved).c_str(), human(allocated).c_str(),
               human(reserved - allocated).c_str(), reason.c_str());
 }
 

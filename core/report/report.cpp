@@ -53,6 +53,13 @@ void add_share(std::vector<device_share>* shares, int device, int64_t bytes, int
 
 int64_t whole_blocks(int64_t fixed) { return (fixed + block_unit / 2) / block_unit; }
 
+// The bytes of [address, address + size) in whole free_page_size pages (Note [Fragmentation in reports]).
+int64_t whole_page_bytes(uintptr_t address, size_t size) {
+  const auto page = static_cast<uintptr_t>(free_page_size);
+  const uintptr_t first = (address + page - 1) / page * page, end = (address + size) / page * page;
+  return end > first ? static_cast<int64_t>(end - first) : 0;
+}
+
 // Largest first; ties by blocks, then by site id, so that a report does not depend on hash order.
 constexpr auto by_bytes = [](const auto& x, const auto& y) {
   if (x.bytes != y.bytes) return x.bytes > y.bytes;
@@ -262,6 +269,9 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
     device_summary ds;
     ds.device = dev.device;
     ds.stats = dev.stats;
+    ds.segments = a.growable_segments(dev.device) ? segments_growable : segments_classic;
+    ds.growable_available = a.device_backend().page_size(dev.device) != 0;
+    ds.free_page_bytes = 0;
     pools.start_device(dev);
     for (const block_record& b : dev.blocks) {
       if (pools.add(b)) continue;  // a retained private pool's: neither a leak nor cache
@@ -276,6 +286,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
         add_share(&c.by_device, dev.device, static_cast<int64_t>(b.size), 1);
         ds.cached_bytes += static_cast<int64_t>(b.size);
         ds.largest_free_block = std::max(ds.largest_free_block, static_cast<int64_t>(b.size));
+        ds.free_page_bytes += whole_page_bytes(b.address, b.size);
         continue;
       }
       // Sampling on: a block that was not sampled is represented by the weights of those that were.

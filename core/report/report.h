@@ -143,7 +143,31 @@ struct device_summary {
   std::vector<backend::process_usage> processes;
   bool processes_listed = false;
   std::string processes_note;
+  // Note [Fragmentation in reports]. "" and -1: not known (reports made before these fields).
+  std::string segments;             // segments_classic or segments_growable, what the device uses
+  bool growable_available = false;  // the backend can map pages on it (backend::page_size != 0)
+  int64_t free_page_bytes = -1;     // of cached_bytes, those in whole free_page_size pages
 };
+
+// Note [Fragmentation in reports]
+// An out-of-memory error with memory cached raises two questions: how much of the cache could not
+// serve the request, and would growable segments (Note [Growable segments] in block.h) have served it.
+// The first is fragmentation_bytes: the cache outside its largest free block (a request larger than
+// that block cannot use it, whatever its size). The second is free_page_bytes: the free bytes of the
+// cache that lie in whole pages of free_page_size at page-aligned addresses, which growable segments
+// give back to the device (empty_cache, the OOM retry) while their segment is still partly in use.
+// Together with what the driver says is free, they bound what the device could have offered the
+// request. An estimate, optimistic: the large pool maps 20 MiB pieces, not single pages, and the
+// request needs them in one stretch. Counted as cached_bytes is: free blocks outside retained private
+// pools, neither live nor pending.
+inline constexpr const char* segments_classic = "classic";
+inline constexpr const char* segments_growable = "growable";
+inline constexpr int64_t free_page_size = int64_t{2} << 20;  // a device page (CUDA's granularity)
+
+// Cached bytes outside the largest free block (>= 0).
+inline int64_t fragmentation_bytes(const device_summary& d) {
+  return d.cached_bytes > d.largest_free_block ? d.cached_bytes - d.largest_free_block : 0;
+}
 
 // Bytes the driver counts used on the device that tracepool has not reserved (>= 0).
 int64_t outside_bytes(const device_summary& d);
@@ -238,7 +262,8 @@ enum class report_format { json, text, html };
 status report_format_of(const char* format, const char* path, const char* function, report_format* out);
 std::string render(const report& r, report_format format, size_t top_sites = 10);
 
-// The few lines added to an out-of-memory message: largest free block, cached bytes, top sites.
+// The few lines added to an out-of-memory message: largest free block, cached bytes, fragmentation and
+// whether growable segments would have helped (Note [Fragmentation in reports]), top sites.
 std::string oom_summary(const report& r, int device);
 
 // Writes the report to `path` (report_file.cpp, Note [Report paths]): "stderr", /dev/stdout,

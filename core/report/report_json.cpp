@@ -126,6 +126,13 @@ std::string to_json(const report& r) {
       j.key("processes"), j.null();
     }
     j.key("processes_note"), j.value(d.processes_note);
+    // Note [Fragmentation in reports]; what a report read back does not know stays unwritten.
+    j.key("fragmentation_bytes"), j.value(fragmentation_bytes(d));
+    if (!d.segments.empty()) {
+      j.key("segments"), j.value(d.segments);
+      j.key("growable_available"), j.value(d.growable_available);
+    }
+    if (d.free_page_bytes >= 0) j.key("free_page_bytes"), j.value(d.free_page_bytes);
   });
 
   objects(j, "leaks", r.leaks, [&](const site_summary& s) {

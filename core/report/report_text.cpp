@@ -216,6 +216,40 @@ void pools(std::string& out, const report& r, size_t top) {
   });
 }
 
+std::string page_words() { return std::to_string(free_page_size >> 20) + " MiB"; }  // "2 MiB"
+
+// Note [Fragmentation in reports], one line under the device's; nothing for a report that predates it.
+std::string fragmentation_line(const device_summary& d) {
+  if (d.segments.empty() && d.free_page_bytes < 0) return "";
+  std::string line =
+      "  fragmentation " + human_bytes(fragmentation_bytes(d)) + " (cached outside the largest free block)";
+  if (d.free_page_bytes >= 0)
+    line += "; " + human_bytes(d.free_page_bytes) + " of the cache in whole " + page_words() + " pages";
+  if (!d.segments.empty())
+    line += "; segments: " + d.segments + (d.growable_available ? "" : " (growable not available on this device)");
+  return line + "\n";
+}
+
+// Whether growable segments would have served the failed request (Note [Fragmentation in reports]):
+// the device's free memory and the free cache in whole pages against the request. "" when the report
+// does not say which segments the device uses.
+std::string growable_verdict(const report& r, const device_summary& d) {
+  if (d.segments == segments_growable)
+    return " Growable segments are on: the free pieces of the cache went back to the device before this failure; "
+           "what stays cached is in pieces partly in use.";
+  if (d.segments.empty()) return "";
+  if (!d.growable_available)
+    return " This device cannot map memory into reserved ranges, so growable segments are not available.";
+  if (d.free_page_bytes < 0) return "";
+  const int64_t device_free = d.total_bytes > d.used_bytes ? d.total_bytes - d.used_bytes : 0;
+  const std::string pages = human_bytes(d.free_page_bytes), free = human_bytes(device_free);
+  if (static_cast<uint64_t>(device_free) + static_cast<uint64_t>(d.free_page_bytes) >= r.oom_requested)
+    return " Growable segments (TRACEPOOL_CONF=segments:growable) would likely have fit it: they give back the " +
+           pages + " of free cache in whole " + page_words() + " pages, and the device has " + free + " free.";
+  return " Growable segments would not have fit it either: free cache in whole pages (" + pages +
+         ") and the device's free memory (" + free + ") come to less than the request.";
+}
+
 }  // namespace
 
 std::string human_bytes(int64_t bytes) {
@@ -336,6 +370,7 @@ std::string to_text(const report& r, size_t top) {
         human_bytes(d.largest_free_block).c_str());
     const int64_t in_pools = pool_bytes_on(r, d.device);
     out += in_pools == 0 ? "\n" : "; " + human_bytes(in_pools) + " reserved by private pools\n";
+    out += fragmentation_line(d);
     if (d.total_bytes > 0)  // Note [Where the memory went]
       out += printf_string(
           "  the driver counts %s of %s used (what nvidia-smi shows): %s reserved by tracepool, %s outside it "
@@ -417,10 +452,15 @@ std::string to_text(const report& r, size_t top) {
 
 std::string oom_summary(const report& r, int device) {
   std::string out;
-  for (const device_summary& d : r.devices)
-    if (d.device == device)
-      out += printf_string("Largest free block on device %d: %s; cached (reserved but free): %s.", device,
-                           human_bytes(d.largest_free_block).c_str(), human_bytes(d.cached_bytes).c_str());
+  for (const device_summary& d : r.devices) {
+    if (d.device != device) continue;
+    out += printf_string("Largest free block on device %d: %s; cached (reserved but free): %s.", device,
+                         human_bytes(d.largest_free_block).c_str(), human_bytes(d.cached_bytes).c_str());
+    out += printf_string(" Fragmentation: %s of the %s cached lies outside the largest free block (%s).",
+                         human_bytes(fragmentation_bytes(d)).c_str(), human_bytes(d.cached_bytes).c_str(),
+                         human_bytes(d.largest_free_block).c_str());
+    out += growable_verdict(r, d);
+  }
   out += " Top call sites holding memory:";
   if (r.leaks.empty()) out += " none";
   for (size_t i = 0; i < r.leaks.size() && i < 3; ++i) {

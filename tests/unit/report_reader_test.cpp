@@ -76,6 +76,9 @@ core::report every_section(const char* reason) {
     s.stats.limit_bytes = 1 << 30;
     s.cached_bytes = 24 << 20;
     s.largest_free_block = 20 << 20;
+    s.segments = d == 0 ? core::segments_growable : core::segments_classic;
+    s.growable_available = true;
+    s.free_page_bytes = (d == 0 ? 4 : 16) << 20;
     r.devices.push_back(s);
   }
   core::site_summary python_site;
@@ -192,6 +195,32 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
             std::string::npos)
       << oom;
   EXPECT_EQ(oom.find("private pool"), std::string::npos) << "device 0's pool is not device 1's: " << oom;
+  EXPECT_NE(oom.find("Fragmentation: 4.00 MiB of the 24.00 MiB cached lies outside the largest free block (20.00 MiB). "
+                     "Growable segments would not have fit it either: free cache in whole pages (16.00 MiB) and the "
+                     "device's free memory (0 B) come to less than the request."),
+            std::string::npos)
+      << oom;
+  EXPECT_NE(text.find("\n  fragmentation 4.00 MiB (cached outside the largest free block); 16.00 MiB of the cache in "
+                      "whole 2 MiB pages; segments: classic\n"),
+            std::string::npos)
+      << text;
+}
+
+// Segments and the free cache in whole pages (Note [Fragmentation in reports]) came after schema 1's
+// first reports: without them a report reads as not knowing, and says nothing of growable segments.
+TEST(ReportReader, AReportWithoutSegmentsLeavesThemUnknown) {
+  json j = json::parse(core::to_json(every_section("oom")));
+  for (json& d : j["devices"])
+    for (const char* key : {"segments", "growable_available", "free_page_bytes"}) d.erase(key);
+  const core::report back = read_back(j.dump());
+  ASSERT_EQ(back.devices.size(), 2u);
+  EXPECT_EQ(back.devices[1].segments, "");
+  EXPECT_EQ(back.devices[1].free_page_bytes, -1);
+  EXPECT_EQ(core::to_text(back).find("  fragmentation"), std::string::npos);
+  const std::string oom = core::oom_summary(back, 1);
+  EXPECT_NE(oom.find("Fragmentation: 4.00 MiB of the 24.00 MiB cached"), std::string::npos) << oom;
+  EXPECT_EQ(oom.find("rowable"), std::string::npos) << oom;
+  EXPECT_EQ(json::parse(core::to_json(back))["devices"][1].contains("segments"), false) << "unknown stays unwritten";
 }
 
 // A PyTorch site is named by the operator that asked, not by the allocator's plumbing: the outermost
@@ -419,6 +448,18 @@ TEST(RenderReport, ABadBodyIsNamedByTheJsonPathOfItsFirstProblem) {
   EXPECT_EQ(problem_after([](json& r) { r["devices"] = json::array({json::object()}); }),
             "r.json: devices[0] has no \"device\" field");
   EXPECT_EQ(problem_after([](json& r) { r.erase("leaks"); }), "r.json: the report has no \"leaks\" field");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"][1]["segments"] = "expandable"; }),
+            "r.json: devices[1].segments must be \"classic\" or \"growable\", not \"expandable\"");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"][0]["segments"] = 3; }),
+            "r.json: devices[0].segments must be a string, not 3");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"][0]["growable_available"] = 1; }),
+            "r.json: devices[0].growable_available must be true or false, not 1");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"][0]["free_page_bytes"] = -1; }),
+            "r.json: devices[0].free_page_bytes must be a non-negative integer, not -1");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"][1]["free_page_bytes"] = uint64_t{1} << 63; }),
+            "r.json: devices[1].free_page_bytes must be at most 9223372036854775807, not 9223372036854775808");
+  EXPECT_EQ(problem_after([](json& r) { r["devices"][0]["free_page_bytes"] = 25 << 20; }),
+            "r.json: devices[0].free_page_bytes (26214400) is more than its cached_bytes (25165824)");
   EXPECT_EQ(problem_after([](json& r) { r["leaks"][0]["tags"] = json::array({std::string(60, 'x')}); }),
             "r.json: retained[0] is none of the leaks: no entry of \"leaks\" has its site, tags and frames");
   EXPECT_EQ(problem_after([](json& r) { r["retained"][1]["born_after_mark"] = "epoch 9"; }),

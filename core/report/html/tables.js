@@ -34,6 +34,12 @@ function deviceCard(r, ri, d) {
   card.append(el("p", { text: "tracepool: " + bytes(allocated) + " allocated" + (peak != null ? " (peak " + bytes(peak) + ")" : "") +
     ", " + bytes(reserved) + " reserved, " + bytes(d.cached_bytes ?? cached) + " cached (largest free block " +
     bytes(d.largest_free_block) + ")" }));
+  if (d.free_page_bytes != null) {  // Note [Fragmentation in reports] in core/report/report.h
+    const fragmentation = d.fragmentation_bytes ?? Math.max(0, (d.cached_bytes || 0) - (d.largest_free_block || 0));
+    card.append(el("p", { class: "detail", text: "fragmentation " + bytes(fragmentation) +
+      " (cached outside the largest free block); " + bytes(d.free_page_bytes) + " of the cache in whole 2 MiB pages" +
+      (d.segments ? "; segments: " + d.segments : "") }));
+  }
   if (used) {
     card.append(el("p", { text: "driver: " + bytes(used) + " used of " + bytes(total) + " (what nvidia-smi shows); " +
       bytes(d.outside_bytes ?? Math.max(0, used - reserved)) + " of it outside tracepool's reserve" }));
