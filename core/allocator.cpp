@@ -1,6 +1,7 @@
 #include "allocator.h"
 
 #include <atomic>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -54,9 +55,11 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
     : instance_(next_instance.fetch_add(1)), backend_(std::move(be)), tracer_(std::move(tr)), history_(std::move(h)) {
   (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
   if (history_ != nullptr) (void)observers_.subscribe(history_.get());
+  const bool growable = cfg.segments == segment_choice::growable ||
+                        (cfg.segments == segment_choice::automatic && std::strcmp(backend_->name(), "cuda") == 0);
   for (int d = 0; d < backend_->device_count(); ++d)
-    devices_.push_back(std::make_unique<device_cache>(*backend_, gate_, d, cfg.limit, cfg.validate, observers_,
-                                                      cfg.growable));
+    devices_.push_back(
+        std::make_unique<device_cache>(*backend_, gate_, d, cfg.limit, cfg.validate, observers_, growable));
   register_fork_participant(this);
 }
 

@@ -77,6 +77,7 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
   X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
   X(device_get_attribute, cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)            \
+  X(device_can_access_peer, cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000)       \
   X(mem_get_granularity, cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
   X(mem_address_reserve, cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)             \
   X(mem_address_free, cuMemAddressFree, PFN_cuMemAddressFree_v10020)                      \
@@ -216,6 +217,12 @@ struct device_state {
   std::atomic<size_t> page{0};
   std::mutex vm_mutex;  // guards `mapped`; a leaf
   std::map<CUdeviceptr, std::pair<CUmemGenericAllocationHandle, size_t>> mapped;
+  // The devices that can reach this one's memory (cuDeviceCanAccessPeer), at most kMaxPeers: map()
+  // grants them access too, since cudaDeviceEnablePeerAccess covers cuMemAlloc's memory but not
+  // cuMemMap's, and PyTorch's copies between devices assume peer access once enabled.
+  static constexpr int kMaxPeers = 63;
+  int peers[kMaxPeers] = {};
+  int peer_count = 0;
 };
 
 constexpr size_t kNoPages = 1;  // device_state::page where the device has no virtual memory management
@@ -360,10 +367,14 @@ class cuda_backend final : public backend {
         mapped = r == CUDA_SUCCESS;
       }
       if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc access{};
-        access.location = prop.location;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        r = api_.mem_set_access(at, size, &access, 1);
+        const device_state& state = devices_[device];
+        CUmemAccessDesc access[1 + device_state::kMaxPeers] = {};
+        for (int i = 0; i <= state.peer_count; ++i) {
+          access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+          access[i].location.id = i == 0 ? prop.location.id : state.peers[i - 1];
+          access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        }
+        r = api_.mem_set_access(at, size, access, static_cast<size_t>(1 + state.peer_count));
         step = "cuMemSetAccess";
       }
       if (relaxed) (void)api_.exchange_capture_mode(&mode);
@@ -627,6 +638,12 @@ status make_cuda_backend(std::unique_ptr<backend>* out) {
       return fail(status::unavailable, "backend cuda: cuDeviceGet(%d): %s", d, describe(api, r));
     }
   }
+  for (int d = 0; d < count; ++d)
+    for (int p = 0; p < count && devices[d].peer_count < device_state::kMaxPeers; ++p) {
+      int can = 0;
+      if (p != d && api.device_can_access_peer(&can, devices[p].handle, devices[d].handle) == CUDA_SUCCESS && can)
+        devices[d].peers[devices[d].peer_count++] = devices[p].handle;
+    }
   auto* cuda = new (std::nothrow) cuda_backend(api, count, std::move(devices));
   if (!cuda) return fail(status::internal, "backend cuda: out of host memory");
   out->reset(cuda);

@@ -63,9 +63,10 @@ status apply(const std::string& key, const std::string& value, config* c) {
   } else if (key == "limit") {
     if (!parse_bytes(value, &c->limit)) return bad_value(key, value, bytes);
   } else if (key == "segments") {
-    if (value == "classic") c->growable = false;
-    else if (value == "growable") c->growable = true;
-    else return bad_value(key, value, "classic or growable");
+    if (value == "auto") c->segments = segment_choice::automatic;
+    else if (value == "classic") c->segments = segment_choice::classic;
+    else if (value == "growable") c->segments = segment_choice::growable;
+    else return bad_value(key, value, "auto, classic or growable");
   } else if (key == "validate") {
     if (!parse_bool(value, &c->validate)) return bad_value(key, value, "on or off");
   } else if (key == "host_devices") {
@@ -156,7 +157,7 @@ bool parse_bytes(const std::string& text, size_t* out) {
 
 const char* config_help() {
   static const std::string help =
-      "backend (auto|cuda|host), limit (bytes per device), segments (classic|growable), validate (on|off), "
+      "backend (auto|cuda|host), limit (bytes per device), segments (auto|classic|growable), validate (on|off), "
       "host_devices (1-64), host_capacity (bytes), host_outside (bytes used by others, host only), fail_alloc (k: fail the k-th device allocation, host only), "
       "fail_call (k: fail the k-th backend call of any kind, host only), "
       "fail_above (bytes: fail larger device allocations, host only), capture (" +

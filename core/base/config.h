@@ -21,6 +21,11 @@ struct host_options {
 };
 
 enum class backend_choice { automatic, cuda, host };
+// Segments (Note [Growable segments] in block.h): auto is growable on the CUDA backend where the device
+// can map memory into reserved ranges (measured no slower and never larger than PyTorch's expandable
+// segments, docs/design/growable-segments.md), classic elsewhere (the host backend, whose tests pin
+// classic layouts; ctest runs them again with segments:growable).
+enum class segment_choice { automatic, classic, growable };
 
 #if defined(TRACEPOOL_VALIDATE_BY_DEFAULT)
 inline constexpr bool validate_by_default = true;
@@ -60,7 +65,7 @@ struct config {
   host_options host;                                  // host_devices, host_capacity, fail_alloc, fail_call, fail_above
   size_t limit = 0;                                    // limit: bytes each device may reserve, 0 = no limit
   bool validate = validate_by_default;                 // validate: check every invariant after each operation
-  bool growable = false;  // segments: classic | growable (Note [Growable segments] in block.h)
+  segment_choice segments = segment_choice::automatic;  // segments: auto | classic | growable
 
   capture_mode capture = capture_mode::all;            // capture: off | native | python | all | hybrid
   int capture_depth = 32;                              // capture_depth: native frames kept per call site, 1-256

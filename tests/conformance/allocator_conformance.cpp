@@ -19,7 +19,8 @@
 namespace tracepool::core {
 namespace {
 
-// A parameter names the backend, and "_growable" adds segments:growable (Note [Growable segments]).
+// A parameter names the backend and the segments: "_growable" for segments:growable (Note [Growable
+// segments]), classic without it (the CUDA backend's default is growable).
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
   std::string backend_name() const { return GetParam().substr(0, GetParam().find('_')); }
@@ -28,7 +29,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     config cfg;
     const std::string text =
-        "backend:" + backend_name() + ",validate:on" + (growable() ? ",segments:growable" : "");
+        "backend:" + backend_name() + ",validate:on" + (growable() ? ",segments:growable" : ",segments:classic");
     ASSERT_EQ(parse_config(text.c_str(), &cfg), status::ok) << last_error();
     const status s = allocator::create(cfg, &alloc_);
     if (s == status::unavailable) GTEST_SKIP() << "backend " << GetParam() << " unavailable here: " << last_error();

@@ -369,11 +369,13 @@ sanitizer_step() {
 }
 
 # Plainly the negative controls must run (kernels of two streams overlap on a GPU): no skip allowed.
-TRACEPOOL_STRESS_REQUIRE_OVERLAP=1 gtest_step "CUDA stress (4 streams, kernels check)" "$STRESS" "$WORK/stress.log" 1
+TRACEPOOL_STRESS_CONF=segments:classic TRACEPOOL_STRESS_REQUIRE_OVERLAP=1 gtest_step "CUDA stress (4 streams, kernels check)" \
+  "$STRESS" "$WORK/stress.log" 1
 append_log "tracepool_cuda_stress_tests (exit status of the row above)" "$WORK/stress.log"
 detail=$(stress_detail "$WORK/stress.log" 2>/dev/null) && [[ -n $detail ]] && ROWS[-1]+="; $detail"
 
-# The stress suite again on growable segments: no address moves between streams there (each stream maps
+# The plain row runs classic segments, whose whole idle segments move between streams (the row requires
+# it). The stress suite again on growable segments (CUDA's default): no address moves between streams there (each stream maps
 # into a range of its own), and under the limit the retries unmap pieces while kernels run on every stream.
 TRACEPOOL_STRESS_CONF=segments:growable TRACEPOOL_STRESS_REQUIRE_MOVED=0 gtest_step "CUDA stress, growable segments" \
   "$STRESS" "$WORK/stress_growable.log" 1 --gtest_filter='StreamStress.*'
@@ -382,7 +384,7 @@ detail=$(stress_detail "$WORK/stress_growable.log" 2>/dev/null) && [[ -n $detail
 
 sanitizer_step "memcheck: conformance (*cuda*)" 60 "--tool memcheck --leak-check full" \
   "$BUILD/tests/tracepool_conformance_tests" --gtest_filter='*cuda*:-*RequestBeyondTheDeviceFailsCleanly*:*RefuseADoubleMap*'
-TRACEPOOL_STRESS_REQUIRE_MOVED=0 TRACEPOOL_STRESS_ITERATIONS=${TRACEPOOL_GPU_MEMCHECK_ITERATIONS:-100} sanitizer_step "memcheck: stress" 60 \
+TRACEPOOL_STRESS_CONF=segments:classic TRACEPOOL_STRESS_REQUIRE_MOVED=0 TRACEPOOL_STRESS_ITERATIONS=${TRACEPOOL_GPU_MEMCHECK_ITERATIONS:-100} sanitizer_step "memcheck: stress" 60 \
   "--tool memcheck --leak-check full" "$STRESS" --gtest_filter='-AtExit.*:NegativeControl.StreamUnawareCacheIsCaught'
 TRACEPOOL_STRESS_CONF=segments:growable TRACEPOOL_STRESS_REQUIRE_MOVED=0 TRACEPOOL_STRESS_ITERATIONS=${TRACEPOOL_GPU_MEMCHECK_ITERATIONS:-100} \
   sanitizer_step "memcheck: stress, growable segments" 60 "--tool memcheck --leak-check full" "$STRESS" --gtest_filter='StreamStress.*'

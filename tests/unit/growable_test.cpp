@@ -207,12 +207,20 @@ TEST(Growable, SmallBlocksMergeAcrossPiecesAndAreFoundAgain) {
 
 TEST(Growable, ConfigurationNamesTheChoices) {
   config cfg;
+  EXPECT_EQ(cfg.segments, segment_choice::automatic);
   EXPECT_EQ(parse_config("segments:growable", &cfg), status::ok);
-  EXPECT_TRUE(cfg.growable);
+  EXPECT_EQ(cfg.segments, segment_choice::growable);
   EXPECT_EQ(parse_config("segments:classic", &cfg), status::ok);
-  EXPECT_FALSE(cfg.growable);
+  EXPECT_EQ(cfg.segments, segment_choice::classic);
+  EXPECT_EQ(parse_config("segments:auto", &cfg), status::ok);
+  EXPECT_EQ(cfg.segments, segment_choice::automatic);
   EXPECT_EQ(parse_config("segments:expandable", &cfg), status::bad_config);
-  EXPECT_NE(std::string(last_error()).find("classic or growable"), std::string::npos) << last_error();
+  EXPECT_NE(std::string(last_error()).find("auto, classic or growable"), std::string::npos) << last_error();
+  // auto on the host backend: classic (on CUDA: growable, where the device can map; cuda_growable
+  // conformance and the GPU check cover that).
+  auto a = host_allocator("segments:auto");
+  EXPECT_FALSE(a->growable_segments(0));
+  EXPECT_TRUE(growable()->growable_segments(0));
 }
 
 }  // namespace
