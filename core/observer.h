@@ -27,12 +27,15 @@ namespace tracepool::core {
 //   - segment_alloc: as the device says yes, under the growing stream pool's lock, before any block
 //     of the segment is handed out; segment_free: as the segment leaves the cache, before the backend
 //     has the memory (which a grow could then get again), no lock held; a release the backend
-//     refuses is told again as a segment_alloc, under the pool's lock that takes the segment back;
+//     refuses is told again as a segment_alloc, under the pool's lock that takes the segment back.
+//     Growable segments (Note [Growable segments] in block.h) tell each stretch of pieces mapped as a
+//     segment_alloc and each stretch unmapped as a segment_free, both under the pool's lock;
 //   - oom: after the cache was emptied and the retry failed; no allocator lock held;
 //   - mark: no allocator lock held.
 // An observer never calls back into tracepool, into a host language, or anything that blocks; under a
-// pool lock (segment_alloc) it may take only a leaf lock of its own. Its locks are taken before fork()
-// (lock_for_fork), after the allocator's own: see the lock order in allocator.h.
+// pool lock (segment_alloc, and a growable segment's segment_free) it may take only a leaf lock of its
+// own. Its locks are taken before fork() (lock_for_fork), after the allocator's own: see the lock
+// order in allocator.h.
 // Statistics are the one listener kept inside the pools (stream_pool updates its stat_table under the
 // lock it already holds): PyTorch's memory_stats must agree exactly with the blocks at every moment,
 // and an outside listener would need a lock or atomics of its own on every allocation.

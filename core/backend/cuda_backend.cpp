@@ -375,6 +375,9 @@ class cuda_backend final : public backend {
           access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         }
         r = api_.mem_set_access(at, size, access, static_cast<size_t>(1 + state.peer_count));
+        // A peer the driver lists but will not map for: the device's own access still serves.
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && state.peer_count > 0)
+          r = api_.mem_set_access(at, size, access, 1);
         step = "cuMemSetAccess";
       }
       if (relaxed) (void)api_.exchange_capture_mode(&mode);

@@ -240,10 +240,14 @@ def seed_freed_cached(torch):
     after = report_now()
     left = sum(s.get("bytes", 0) for s in sites_at(after["cached"], "scratch"))
     dropped = reserved - torch.cuda.memory_reserved()
-    ok = left == 0 and dropped >= 128 * MiB
+    # Growable segments (CUDA's default) keep the free rest of the 20 MiB piece the live block is in.
+    segments = (after.get("devices") or [{}])[0].get("segments", "classic")
+    slack = 20 * MiB if segments == "growable" else 0
+    ok = left <= slack and dropped + slack >= 128 * MiB
     rows.append(["PASS" if ok else "FAIL", "seed: empty_cache returns cached memory",
-                 "reserved fell by %s; %s still cached by %s; %s still live" % (
-                     mib(dropped), mib(left), marker_name("scratch"), mib(held.numel()))])
+                 "reserved fell by %s; %s still cached by %s; %s still live; %s segments%s" % (
+                     mib(dropped), mib(left), marker_name("scratch"), mib(held.numel()), segments,
+                     " (what stays lies in the live block's piece)" if slack else "")])
     return rows
 
 
