@@ -329,8 +329,8 @@ status device_cache::release_free_segments(stream_pool* pool, bool wait) {
   {
     std::lock_guard<std::mutex> lock(pool->mutex());
     pool->process_pending(wait, /*stream_alive=*/false);
+    if (growable_) result = unmap_free_pieces(pool);  // first: it may throw, and then nothing is disowned
     pool->disown_free_segments(&freed);
-    if (growable_) result = unmap_free_pieces(pool);
     if (validate_)
       if (status s = check(pool, "emptying the cache"); s != status::ok) result = s;
   }
@@ -498,7 +498,11 @@ status device_cache::validate() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t reserved = 0;
-  for (auto& [start, seg] : segments_) reserved += static_cast<int64_t>(seg->mapped);
+  // A growable segment's `mapped` changes under its pool's lock, not this one: its bytes are counted
+  // by growable_mapped_, which changes with the statistics (each pool's validate checks `mapped`).
+  for (auto& [start, seg] : segments_)
+    if (!seg->growable()) reserved += static_cast<int64_t>(seg->size);
+  reserved += static_cast<int64_t>(growable_mapped_);
   if (reserved != segment_stats_.at(stat_kind::reserved_bytes, all_pools).current ||
       static_cast<int64_t>(segments_.size()) != segment_stats_.at(stat_kind::segment, all_pools).current)
     return fail(status::internal, "validate: device %d segments add up to %lld bytes, stats say otherwise", device_,

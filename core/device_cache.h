@@ -110,7 +110,6 @@ class device_cache {
   status drop_growable(stream_pool* pool, segment* s);
   bool admit(size_t bytes, const char* what);
   void unmap_all(segment* s);
-  std::string fragmentation(size_t rounded, size_t free_on_device);
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
   status release_free_segments(stream_pool* pool, bool wait);
@@ -139,6 +138,7 @@ class device_cache {
   size_t limit_ = 0;
   size_t reserving_ = 0;  // bytes being obtained from the backend right now
   size_t releasing_ = 0;  // bytes being given back (Note [Release order])
+  size_t growable_mapped_ = 0;  // bytes mapped in growable segments, for validate()
 };
 
 }  // namespace tracepool::core

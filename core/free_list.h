@@ -4,8 +4,10 @@
 // Small pool: free blocks of a classic segment are at most one 2 MiB segment, so sizes take 4096 exact
 // values; one intrusive list per size plus a two-level bitmap find the best fit in a few instructions
 // (two bit scans), with no allocation. Larger free blocks, which only growable segments have (Note
-// [Growable segments] in block.h), are kept aside by size. Large pool: an ordered set by (size,
-// address), as PyTorch.
+// [Growable segments] in block.h), are kept on one more intrusive list: any of them holds any small
+// request, and a list allocates nothing, so a free cannot fail halfway. Large pool: an ordered set by
+// (size, address), as PyTorch (its insert allocates a node: host memory exhaustion there is the one
+// failure left, as before).
 #pragma once
 
 #include <array>
@@ -27,7 +29,7 @@ class small_free_list {
   void insert(block* b);
   void erase(block* b);
   block* best_fit(size_t rounded) const;  // nullptr if none; does not remove
-  size_t size() const { return count_ + oversize_.size(); }
+  size_t size() const { return count_ + oversize_count_; }
   bool contains(const block* b) const;    // O(bin length); for validate()
 
  private:
@@ -40,7 +42,8 @@ class small_free_list {
   std::array<uint64_t, bin_count / 64> words_{};  // bit i%64 of word i/64: bin i is non-empty
   uint64_t summary_ = 0;                          // bit w: words_[w] != 0
   size_t count_ = 0;                              // in the bins
-  std::set<block*, by_size_then_address> oversize_;  // over small_segment_size (growable segments)
+  block* oversize_ = nullptr;  // over small_segment_size (growable segments), linked through bin_next
+  size_t oversize_count_ = 0;
 };
 
 class large_free_list {

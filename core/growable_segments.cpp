@@ -97,6 +97,7 @@ status device_cache::map_pieces(stream_pool* pool, block* u, size_t bytes, uint3
     std::lock_guard<std::mutex> lock(mutex_);
     if (admitted) reserving_ -= bytes;
     segment_stats_.increase(stat_kind::reserved_bytes, s->kind, static_cast<int64_t>(done));
+    growable_mapped_ += done;
     counters_.num_device_alloc += done / s->piece;
   }
   if (done > 0) {
@@ -104,9 +105,12 @@ status device_cache::map_pieces(stream_pool* pool, block* u, size_t bytes, uint3
     pool->mapped(u, done, site);
   }
   if (st != status::ok && s->mapped == 0) {
-    const std::string reason = last_error();
-    (void)drop_growable(pool, s);
-    fail(st, "%s", reason.c_str());
+    // During a capture the range stays, empty, for empty_cache to free later (Note [Capture]).
+    if (const capture_gate::pass open(gate_); open) {
+      const std::string reason = last_error();
+      (void)drop_growable(pool, s);
+      fail(st, "%s", reason.c_str());
+    }
   }
   return st;
 }
@@ -152,6 +156,7 @@ status device_cache::unmap_stretch(stream_pool* pool, const stream_pool::free_pi
   {
     std::lock_guard<std::mutex> lock(mutex_);
     segment_stats_.decrease(stat_kind::reserved_bytes, s->kind, static_cast<int64_t>(done));
+    growable_mapped_ -= done;
     counters_.num_device_free += done / s->piece;
   }
   if (done < p.bytes)

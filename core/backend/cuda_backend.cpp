@@ -331,7 +331,11 @@ class cuda_backend final : public backend {
     if (page == 0) return backend::reserve_range(device, size, out);
     return with_context(device, "cuMemAddressReserve", [&] {
       CUdeviceptr ptr = 0;
+      // Relaxed capture mode, as map()'s (a private pool's first allocation may come during a capture).
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      const bool relaxed = api_.exchange_capture_mode(&mode) == CUDA_SUCCESS;
       const CUresult r = api_.mem_address_reserve(&ptr, size, page, 0, 0);
+      if (relaxed) (void)api_.exchange_capture_mode(&mode);
       if (r != CUDA_SUCCESS) {
         const status s = check(r, "cuMemAddressReserve(%zu bytes) on device %d", size, device);
         return r == CUDA_ERROR_OUT_OF_MEMORY ? status::out_of_memory : s;

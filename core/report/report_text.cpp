@@ -235,8 +235,9 @@ std::string fragmentation_line(const device_summary& d) {
 // does not say which segments the device uses.
 std::string growable_verdict(const report& r, const device_summary& d) {
   if (d.segments == segments_growable)
-    return " Growable segments are on: the free pieces of the cache went back to the device before this failure; "
-           "what stays cached is in pieces partly in use.";
+    return " Growable segments are on: the retry gave the free pieces of the cache back to the device (none during "
+           "a CUDA graph capture, nor those of private pools still in use); what stays cached is in pieces partly "
+           "in use.";
   if (d.segments.empty()) return "";
   if (!d.growable_available)
     return " This device cannot map memory into reserved ranges, so growable segments are not available.";
