@@ -30,7 +30,8 @@ VARIANT (PyTorch picks its allocator once per process, so one process each):
                      tracepool_malloc and tracepool_free; only the CPU-bound workloads (resnet50,
                      resnet18) run there
   pytorch_expandable PyTorch's allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  growable           tracepool.torch.install() with capture:off,segments:growable (segments_bench.py)
+  classic, growable  tracepool.torch.install() with capture:off and segments:classic or segments:growable
+                     (segments_bench.py; capture:off alone is growable on CUDA, the default)
   VARIANT@PYTHON     VARIANT under another interpreter (a venv with another build of the package, and
                      for timed_* TRACEPOOL_TIMED_LIB_<n>, n its place among the @ variants from 1): two
                      builds compared in one relay; report rows name the plain variants only, the JSON
@@ -55,7 +56,7 @@ from bench_workloads import empty, gpt2, resnet18, resnet50, resnet50_step, varl
 GiB = float(1 << 30)
 CAPTURE_MODES = ("off", "python", "native", "all")
 # segments_bench.py's: PyTorch's allocator with expandable segments, and tracepool untagged on growable segments.
-SEGMENT_VARIANTS = ("pytorch_expandable", "growable")
+SEGMENT_VARIANTS = ("pytorch_expandable", "classic", "growable")
 VARIANTS = ("pytorch", "pytorch_history") + CAPTURE_MODES + tuple("timed_" + m for m in CAPTURE_MODES) + SEGMENT_VARIANTS
 DEFAULT_VARIANTS = ("pytorch", "off", "python", "native", "all", "timed_off", "timed_python", "timed_all")
 WORKLOADS = ("resnet50", "gpt2", "resnet18", "empty", "varlen")
@@ -73,8 +74,9 @@ MARK = "@@"  # starts the serve process's replies on its stdout
 def install(variant):
     """Imports torch with the variant's allocator; nothing here may initialise CUDA."""
     mode = variant.split("_", 1)[1] if variant.startswith("timed_") else variant
-    conf = {"growable": "capture:off,segments:growable"}.get(mode, "capture:" + mode)
-    if mode in CAPTURE_MODES or mode == "growable":
+    conf = {"growable": "capture:off,segments:growable", "classic": "capture:off,segments:classic"}.get(
+        mode, "capture:" + mode)
+    if mode in CAPTURE_MODES or mode in SEGMENT_VARIANTS[1:]:
         import tracepool.torch
         tracepool.torch.install(",".join(c for c in (os.environ.get("TRACEPOOL_CONF", ""), conf) if c))
     if variant == "pytorch_expandable":  # read when CUDA initialises

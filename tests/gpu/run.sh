@@ -294,7 +294,7 @@ segments_step() {
   printf '\n==== capture_bench.py relay for segments_bench.py (limit %s s, %s) ====\n' "$t" "$(date +%T)" >>"$OUT/torch.log"
   if ((t == 0)); then row SKIP "segments bench" "time budget spent"; return; fi
   timeout -k 10 "$t" "$PY" tests/gpu/capture_bench.py relay --out "$WORK/segments.json" --budget $((t - 30)) \
-    --turns "${TRACEPOOL_SEGMENTS_TURNS:-24}" --variants pytorch,pytorch_expandable,off,growable \
+    --turns "${TRACEPOOL_SEGMENTS_TURNS:-24}" --variants pytorch,pytorch_expandable,classic,growable \
     --workloads gpt2,resnet50,varlen >>"$OUT/torch.log" 2>&1
   echo "==== exit status $?" >>"$OUT/torch.log"
   cp "$WORK/segments.json" "$OUT/bench.json" 2>/dev/null

@@ -3,7 +3,7 @@
 
     segments_bench.py report FILE     (no torch: a capture_bench.py relay's JSON -> "STATUS|step|detail" rows)
 
-The relay (capture_bench.py relay --variants pytorch,pytorch_expandable,off,growable --workloads
+The relay (capture_bench.py relay --variants pytorch,pytorch_expandable,classic,growable --workloads
 gpt2,resnet50,varlen) runs the four allocators in processes of their own, all at once, taking turns
 (Note [Turns] in capture_bench.py): PyTorch's default allocator, PyTorch's with expandable segments,
 tracepool on classic segments and tracepool on growable segments, both untagged (capture:off), so that
@@ -24,7 +24,7 @@ import sys
 from capture_bench import LABELS, played, spread, turn_figures
 
 WORKLOADS = ("gpt2", "resnet50", "varlen")
-NAMES = {"pytorch": "native", "pytorch_expandable": "native expandable", "off": "tracepool classic",
+NAMES = {"pytorch": "native", "pytorch_expandable": "native expandable", "classic": "tracepool classic",
          "growable": "tracepool growable"}
 TIME_TARGET = 1.02
 
