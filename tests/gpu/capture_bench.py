@@ -456,18 +456,27 @@ def walks_row(out):
                c.get("unwinder"), replayed, taken, 100 * share, c.get("sites"), c.get("cfi_slow_stacks"))
 
 
-def report(path):
+def relay_header(path, bench, players):
+    """The relay's result at `path`, after printing its rows for failed processes and for the turns taken
+    (`bench` names the rows, `players` the processes); None, after a FAIL row, if there is none."""
     try:
         with open(path) as f:
             out = json.load(f)
     except (OSError, ValueError) as e:
-        print("FAIL|capture bench|no relay result: %s" % e)
-        return 0
+        print("FAIL|%s|no relay result: %s" % (bench, e))
+        return None
     failed = ["%s: %s" % (r["variant"], r["error"]) for r in out.get("players", []) if r.get("error")]
     if failed:
-        print("FAIL|capture bench: processes|" + "; ".join(failed))
-    print("info|capture bench: turns|%s, torch %s; %d variants taking turns (Note [Turns]), %s s in all" % (
-        out.get("gpu"), out.get("torch"), len(out.get("players", [])), out.get("seconds")))
+        print("FAIL|%s: processes|%s" % (bench, "; ".join(failed)))
+    print("info|%s: turns|%s, torch %s; %d %s taking turns (Note [Turns]), %s s in all" % (
+        bench, out.get("gpu"), out.get("torch"), len(out.get("players", [])), players, out.get("seconds")))
+    return out
+
+
+def report(path):
+    out = relay_header(path, "capture bench", "variants")
+    if out is None:
+        return 0
     ran = [w for w in WORKLOADS if w in out.get("workloads", [])]
     for workload in ran:
         row = step_row(out, workload)

@@ -17,11 +17,10 @@ Targets (issue 18), for tracepool growable on every workload: peak reserved at m
 and below native default's; step time at most 1.02x native default's (the median of the per-round
 ratios).
 """
-import json
 import statistics
 import sys
 
-from capture_bench import LABELS, played, spread, turn_figures
+from capture_bench import LABELS, played, relay_header, spread, turn_figures
 
 WORKLOADS = ("gpt2", "resnet50", "varlen")
 NAMES = {"pytorch": "native", "pytorch_expandable": "native expandable", "classic": "tracepool classic",
@@ -73,17 +72,9 @@ def row(out, workload):
 
 
 def report(path):
-    try:
-        with open(path) as f:
-            out = json.load(f)
-    except (OSError, ValueError) as e:
-        print("FAIL|segments bench|no relay result: %s" % e)
+    out = relay_header(path, "segments bench", "allocators")
+    if out is None:
         return 0
-    failed = ["%s: %s" % (r["variant"], r["error"]) for r in out.get("players", []) if r.get("error")]
-    if failed:
-        print("FAIL|segments bench: processes|" + "; ".join(failed))
-    print("info|segments bench: turns|%s, torch %s; %d allocators taking turns, %s s in all" % (
-        out.get("gpu"), out.get("torch"), len(out.get("players", [])), out.get("seconds")))
     verdicts = []
     for workload in WORKLOADS:
         if workload in out.get("workloads", []):
