@@ -12,6 +12,15 @@
 //
 // Two implementations: cuda_backend (the driver API, loaded at run time) and host_backend (device
 // memory, streams and events emulated in host memory, deterministic, with fault injection).
+//
+// Note [No context as a side effect]
+// A CUDA context costs about 500 MiB of the device's memory. A process of a multi-GPU job uses one
+// device; if anything of tracepool made a context on the others (a report asking every device what it
+// has free, say), each rank would hold 0.5 GiB on every other rank's GPU: 7 x 0.5 GiB on each GPU of an
+// 8-GPU node, enough for an OOM report on one rank to push the others out of memory. So the questions a
+// report, an OOM message or a host asks of a device (has_context, memory_info, processes, page_size) never
+// make one: they read the context the process has, or ask NVML, which makes none. Only the calls that
+// use a device (allocate, map, streams, events) make its context, as the host framework would.
 #pragma once
 
 #include <cstddef>
@@ -41,12 +50,20 @@ class backend {
 
   virtual const char* name() const noexcept = 0;  // "cuda" | "host"
   virtual int device_count() const noexcept = 0;
+
+  // ---- Questions about a device: none of them makes a context (Note [No context as a side effect]) ----
+  // Whether this process has a context on `device`, whoever made it (CUDA: the primary context is active).
+  virtual bool has_context(int device) noexcept = 0;
+  // What the device has free and in all. Where the process has no context, the driver's management
+  // library answers (NVML on CUDA), or the call fails with status::unavailable.
   virtual status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept = 0;
   // The processes that use `device`, this one included where it is listed, appended to *out; false
   // with the reason in *why when they cannot be listed (*out may then hold some: the caller drops
   // them). Report time only. Unlike the rest, it leaves the thread's message alone: a report must not
   // replace the error a caller is about to read.
   virtual bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept;
+
+  // ---- Using a device: each call below makes the device's context if the process has none ----
 
   // pre: size > 0, multiple of 512. post ok: *out aligned to >= 512 bytes, size bytes usable.
   virtual status allocate(int device, size_t size, void** out) noexcept = 0;
@@ -72,7 +89,7 @@ class backend {
   // status::unavailable.
   //
   // The size pages are mapped in on `device`, a power of two (CUDA's recommended granularity); 0 where
-  // the backend cannot map memory into reserved ranges.
+  // the backend cannot map memory into reserved ranges. Never makes a context.
   virtual size_t page_size(int device) noexcept;
   // pre: size > 0, a multiple of page_size. post ok: *out page-aligned; no memory behind the range.
   virtual status reserve_range(int device, size_t size, void** out) noexcept;
@@ -133,6 +150,7 @@ struct host_ledger {
   size_t capture_violations = 0;             // calls a real capture would have refused (begin_capture)
   const char* last_violation = nullptr;      // the kind of the latest one
   size_t allocations_during_capture = 0;     // allocate calls while a capture was on (allowed)
+  uint64_t devices_with_context = 0;  // bit d: device d has a context, made by the first call that used it
 };
 // The ledger of `be`; false if `be` is not a host backend.
 bool read_host_ledger(backend& be, host_ledger* out);

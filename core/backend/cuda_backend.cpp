@@ -19,9 +19,10 @@
 // private pool's route is open makes none of the others (Note [Capture] in core/private_pool.h).
 //
 // Note [Primary context]: every device is used through its primary context, the one PyTorch,
-// CuPy and the runtime API share. It is retained once, lazily, and never released: the host
-// framework owns its lifetime and may still be using it when we are destroyed. Each call makes
-// it current only for its own duration and restores the thread's previous context.
+// CuPy and the runtime API share. It is retained once, lazily, by the first call that uses the device
+// (never by a question about it: Note [No context as a side effect] in backend.h), and never released:
+// the host framework owns its lifetime and may still be using it when we are destroyed. Each call
+// makes it current only for its own duration and restores the thread's previous context.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
@@ -60,6 +61,7 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(device_get, cuDeviceGet, PFN_cuDeviceGet_v2000)                                       \
   X(device_get_pci_bus_id, cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)            \
   X(primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)     \
+  X(primary_ctx_get_state, cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000) \
   X(ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                          \
   X(ctx_set_current, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                          \
   X(mem_get_info, cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                   \
@@ -250,7 +252,28 @@ class cuda_backend final : public backend {
   const char* name() const noexcept override { return "cuda"; }
   int device_count() const noexcept override { return count_; }
 
+  // Ours, or the host framework's primary context: cuDevicePrimaryCtxGetState makes none.
+  bool has_context(int device) noexcept override {
+    if (!valid_device(device) || forked_from_.load(std::memory_order_relaxed) != 0) return false;
+    if (devices_[device].context.load(std::memory_order_acquire) != nullptr) return true;
+    unsigned int flags = 0;
+    int active = 0;
+    return api_.primary_ctx_get_state(devices_[device].handle, &flags, &active) == CUDA_SUCCESS && active != 0;
+  }
+
+  // cuMemGetInfo needs a context: a device without one is asked of NVML (Note [No context as a side effect]).
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept override {
+    if (valid_device(device) && forked_from_.load(std::memory_order_relaxed) == 0 && !has_context(device)) {
+      char bus_id[32] = {};
+      std::string why = "cuDeviceGetPCIBusId failed";
+      try {
+        if (api_.device_get_pci_bus_id(bus_id, sizeof bus_id, devices_[device].handle) == CUDA_SUCCESS &&
+            nvml_memory(bus_id, free_bytes, total_bytes, &why))
+          return status::ok;
+      } catch (...) {}  // out of host memory: the message below
+      return fail(status::unavailable, "device %d: this process has no CUDA context there, and tracepool makes none "
+                  "to ask how much memory it has (NVML cannot say: %s)", device, why.c_str());
+    }
     return with_context(device, "cuMemGetInfo", [&] {
       CUresult r = api_.mem_get_info(free_bytes, total_bytes);
       return check(r, "cuMemGetInfo on device %d", device);

@@ -51,6 +51,12 @@ class host_backend final : public backend {
   const char* name() const noexcept override { return "host"; }
   int device_count() const noexcept override { return options_.devices; }
 
+  bool has_context(int device) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return check(device) == status::ok && context_on(device);
+  }
+
+  // The same figures with or without a context: where there is none, they stand for NVML's.
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = check(device); s != status::ok) return s;
@@ -59,8 +65,9 @@ class host_backend final : public backend {
     return status::ok;
   }
 
-  // This process alone, using what it allocated; host_outside is used by no process listed, as memory
-  // the driver keeps for itself would be.
+  // This process alone, using what it allocated, where it has a context (NVML lists no process on a
+  // device where it has none); host_outside is used by no process listed, as memory the driver keeps for
+  // itself would be.
   bool processes(int device, std::vector<process_usage>* out, std::string* why) noexcept override {
     try {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -68,7 +75,8 @@ class host_backend final : public backend {
         *why = "no device " + std::to_string(device);
         return false;
       }
-      out->push_back({static_cast<int64_t>(getpid()), static_cast<int64_t>(used_[static_cast<size_t>(device)])});
+      if (context_on(device))
+        out->push_back({static_cast<int64_t>(getpid()), static_cast<int64_t>(used_[static_cast<size_t>(device)])});
       return true;
     } catch (...) {  // out of host memory: no list
       return false;
@@ -77,7 +85,7 @@ class host_backend final : public backend {
 
   status allocate(int device, size_t size, void** out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     if (status s = admit(device, size); s != status::ok) return s;
     size_t& used = used_[static_cast<size_t>(device)];
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -90,7 +98,7 @@ class host_backend final : public backend {
 
   status release(int device, void* ptr, size_t size) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     refused_by_capture("release");
     if (status s = injected(1); s != status::ok) return s;
     munmap(ptr, size);
@@ -105,7 +113,7 @@ class host_backend final : public backend {
 
   status reserve_range(int device, size_t size, void** out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     if (size == 0 || size % kPage != 0)
       return fail(status::invalid_argument, "host backend: reserve_range of %zu bytes, not a multiple of %zu", size, kPage);
     if (size > (size_t{1} << 46))
@@ -128,7 +136,7 @@ class host_backend final : public backend {
 
   status free_range(int device, void* base, size_t size) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     const auto it = ranges_.find(reinterpret_cast<uintptr_t>(base));
     if (it == ranges_.end() || it->second.device != device || it->second.size != size)
       return fail(status::invalid_argument, "host backend: free_range(%p, %zu bytes) on device %d: no such range", base,
@@ -144,7 +152,7 @@ class host_backend final : public backend {
 
   status map(int device, void* ptr, size_t size) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     const uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
     if (status s = within_range(device, at, size, "map"); s != status::ok) return s;
     const auto next = mapped_.lower_bound(at);
@@ -169,7 +177,7 @@ class host_backend final : public backend {
 
   status unmap(int device, void* ptr, size_t size) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     const uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
     if (status s = within_range(device, at, size, "unmap"); s != status::ok) return s;
     // Whole mappings only, back to back from `ptr` to its end.
@@ -190,7 +198,7 @@ class host_backend final : public backend {
 
   status record_event(int device, stream_handle stream, event_handle* out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     if (capturing_.count(key(device, stream)) != 0) refused_by_capture("record_event on a capturing stream");
     if (destroyed_.count(key(device, stream)) != 0) {
       // CUDA would be undefined behaviour here (often a crash): make the bug loud in tests.
@@ -216,7 +224,7 @@ class host_backend final : public backend {
 
   status query_event(int device, event_handle event, bool* done) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     refused_by_capture("query_event");
     if (status s = injected(4); s != status::ok) return s;
     *done = complete(*static_cast<host_event*>(event));
@@ -226,7 +234,7 @@ class host_backend final : public backend {
   // Nothing would ever release a hold while this thread waits, so waiting would hang: say so instead.
   status synchronize_event(int device, event_handle event) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     refused_by_capture("synchronize_event");
     if (status s = injected(5); s != status::ok) return s;
     if (!complete(*static_cast<host_event*>(event)))
@@ -243,21 +251,21 @@ class host_backend final : public backend {
 
   status create_stream(int device, stream_handle* out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     *out = reinterpret_cast<stream_handle>(++streams_created_ * 4096);  // distinct, never dereferenced
     return status::ok;
   }
 
   status destroy_stream(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     destroyed_.insert(key(device, stream));  // create_stream never hands the value out again
     return status::ok;
   }
 
   status synchronize_stream(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     for (const hold* h : held_)
       if (h->device == device && h->stream == stream)
         return fail(status::backend_error, "host backend: stream is held; waiting would hang");
@@ -267,7 +275,7 @@ class host_backend final : public backend {
   // Every stream of the device: a hold on any of them would make the wait hang, so it fails instead.
   status synchronize_device(int device) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     refused_by_capture("synchronize_device");
     for (const hold* h : held_)
       if (h->device == device)
@@ -277,7 +285,7 @@ class host_backend final : public backend {
 
   status hold_stream(int device, stream_handle stream, void** out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     auto* h = new (std::nothrow) hold{device, stream, ++holds_issued_[key(device, stream)]};
     if (h == nullptr) return fail(status::internal, "host backend: out of host memory for a hold");
     held_.insert(h);
@@ -295,7 +303,7 @@ class host_backend final : public backend {
 
   status begin_capture(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     if (!capturing_.insert(key(device, stream)).second)
       return fail(status::invalid_argument, "host backend: stream %p is capturing already", stream);
     return status::ok;
@@ -303,7 +311,7 @@ class host_backend final : public backend {
 
   status end_capture(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status s = check(device); s != status::ok) return s;
+    if (status s = use(device); s != status::ok) return s;
     if (capturing_.erase(key(device, stream)) == 0)
       return fail(status::invalid_argument, "host backend: stream %p is not capturing", stream);
     return status::ok;
@@ -326,6 +334,15 @@ class host_backend final : public backend {
     return fail(status::invalid_device, "host backend: device %d does not exist (%d emulated)", device,
                 options_.devices);
   }
+
+  // check(), for a call that uses the device: it makes the device's context, as CUDA's calls do (Note [No
+  // context as a side effect] in backend.h). Caller holds mutex_.
+  status use(int device) {
+    if (status s = check(device); s != status::ok) return s;
+    ledger_.devices_with_context |= uint64_t{1} << device;
+    return status::ok;
+  }
+  bool context_on(int device) const { return (ledger_.devices_with_context >> device) & 1; }
 
   // Whether `device` takes `size` more bytes now: the call counted, faults injected, capacity checked,
   // for allocate() and map() alike. Caller holds mutex_.

@@ -31,11 +31,23 @@ struct nvml_process_info {  // nvmlProcessInfo_v2_t: the entries of the _v2 entr
 static_assert(sizeof(nvml_process_info) == 24, "nvmlProcessInfo_v2_t is 24 bytes");
 constexpr size_t kRoomPerEntry = 32;  // the largest entry any driver has written (535.43's _v3)
 
+struct nvml_memory_v1 {  // nvmlMemory_t
+  unsigned long long total, free, used;
+};
+struct nvml_memory_v2 {  // nvmlMemory_v2_t (drivers 510 on): the driver's reserved memory apart
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+};
+// NVML_STRUCT_VERSION(Memory, 2): the struct's size, and its version in the top byte.
+constexpr unsigned int kMemoryV2 = static_cast<unsigned int>(sizeof(nvml_memory_v2)) | (2u << 24);
+
 struct nvml_api {
   nvml_return (*init)() = nullptr;                                         // nvmlInit_v2
   const char* (*error_string)(nvml_return) = nullptr;                      // nvmlErrorString
   nvml_return (*device_by_bus_id)(const char*, nvml_device*) = nullptr;    // nvmlDeviceGetHandleByPciBusId_v2
   nvml_return (*compute_processes)(nvml_device, unsigned int*, nvml_process_info*) = nullptr;
+  nvml_return (*memory_v1)(nvml_device, nvml_memory_v1*) = nullptr;  // nvmlDeviceGetMemoryInfo
+  nvml_return (*memory_v2)(nvml_device, nvml_memory_v2*) = nullptr;  // nvmlDeviceGetMemoryInfo_v2, if any
   std::string problem;  // why NVML cannot be used; empty when it can
 };
 
@@ -58,6 +70,9 @@ nvml_api load() {
     api.problem = "libnvidia-ml.so.1 lacks an entry point tracepool needs: the driver is too old";
     return api;
   }
+  // Optional: a driver without them still lists processes.
+  resolve(library, "nvmlDeviceGetMemoryInfo", &api.memory_v1);
+  resolve(library, "nvmlDeviceGetMemoryInfo_v2", &api.memory_v2);
   if (nvml_return r = api.init(); r != kSuccess) api.problem = std::string("nvmlInit: ") + api.error_string(r);
   return api;
 }
@@ -67,20 +82,57 @@ const nvml_api& api() {
   return loaded;
 }
 
+// The NVML handle of the device at `pci_bus_id`, or nullptr with the reason in *why.
+nvml_device device_at(const nvml_api& nvml, const char* pci_bus_id, std::string* why) {
+  if (!nvml.problem.empty()) {
+    *why = nvml.problem;
+    return nullptr;
+  }
+  nvml_device device = nullptr;
+  if (nvml_return r = nvml.device_by_bus_id(pci_bus_id, &device); r != kSuccess) {
+    *why = std::string("NVML has no device at PCI bus id ") + pci_bus_id + ": " + nvml.error_string(r);
+    return nullptr;
+  }
+  return device;
+}
+
 }  // namespace
+
+bool nvml_memory(const char* pci_bus_id, size_t* free_bytes, size_t* total_bytes, std::string* why) noexcept {
+  try {
+    const nvml_api& nvml = api();
+    const nvml_device device = device_at(nvml, pci_bus_id, why);
+    if (device == nullptr) return false;
+    nvml_memory_v2 v2{};
+    v2.version = kMemoryV2;
+    if (nvml.memory_v2 != nullptr && nvml.memory_v2(device, &v2) == kSuccess && v2.reserved <= v2.total &&
+        v2.free <= v2.total - v2.reserved) {
+      *total_bytes = static_cast<size_t>(v2.total - v2.reserved);
+      *free_bytes = static_cast<size_t>(v2.free);
+      return true;
+    }
+    nvml_memory_v1 v1{};
+    if (nvml.memory_v1 == nullptr) {
+      *why = "libnvidia-ml.so.1 has no nvmlDeviceGetMemoryInfo";
+      return false;
+    }
+    if (nvml_return r = nvml.memory_v1(device, &v1); r != kSuccess || v1.free > v1.total) {
+      *why = std::string("nvmlDeviceGetMemoryInfo: ") + (r != kSuccess ? nvml.error_string(r) : "free > total");
+      return false;
+    }
+    *total_bytes = static_cast<size_t>(v1.total);
+    *free_bytes = static_cast<size_t>(v1.free);
+    return true;
+  } catch (...) {  // out of host memory
+    return false;
+  }
+}
 
 bool nvml_processes(const char* pci_bus_id, std::vector<process_usage>* out, std::string* why) noexcept {
   try {
     const nvml_api& nvml = api();
-    if (!nvml.problem.empty()) {
-      *why = nvml.problem;
-      return false;
-    }
-    nvml_device device = nullptr;
-    if (nvml_return r = nvml.device_by_bus_id(pci_bus_id, &device); r != kSuccess) {
-      *why = std::string("NVML has no device at PCI bus id ") + pci_bus_id + ": " + nvml.error_string(r);
-      return false;
-    }
+    const nvml_device device = device_at(nvml, pci_bus_id, why);
+    if (device == nullptr) return false;
     // The list may grow between the call that sizes it and the one that fills it: a few tries.
     unsigned int room = 8;
     for (int attempt = 0; attempt < 4; ++attempt) {

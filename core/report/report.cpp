@@ -268,6 +268,7 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
   for (const device_blocks& dev : held.devices) {
     device_summary ds;
     ds.device = dev.device;
+    ds.context = a.device_backend().has_context(dev.device);
     ds.stats = dev.stats;
     ds.segments = a.growable_segments(dev.device) ? segments_growable : segments_classic;
     ds.growable_available = a.device_backend().page_size(dev.device) != 0;

@@ -131,6 +131,9 @@ inline constexpr size_t auto_series_sites = 32;
 
 struct device_summary {
   int device = 0;
+  // Whether this process had a context on the device (Note [No context as a side effect] in backend.h).
+  // Without one it has used nothing there, and the figures below are NVML's.
+  bool context = true;
   device_stats stats;
   int64_t cached_bytes = 0;  // free memory outside retained private pools
   int64_t largest_free_block = 0;

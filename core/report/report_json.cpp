@@ -110,6 +110,7 @@ std::string to_json(const report& r) {
   j.close('}');
   objects(j, "devices", r.devices, [&](const device_summary& d) {
     j.key("device"), j.value(static_cast<int64_t>(d.device));
+    j.key("context"), j.value(d.context);
     j.key("cached_bytes"), j.value(d.cached_bytes);
     j.key("largest_free_block"), j.value(d.largest_free_block);
     j.key("total_bytes"), j.value(d.total_bytes);

@@ -197,7 +197,7 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
   return in.list(doc, "", "devices", [&](const json& item, const std::string& where, size_t) {
     device_summary d;
     if (!in.object(item, where, {"device"}) || !in.count(item, where, "device", &d.device) ||
-        !in.count(item, where, "cached_bytes", &d.cached_bytes) ||
+        !in.flag(item, where, "context", &d.context) || !in.count(item, where, "cached_bytes", &d.cached_bytes) ||
         !in.count(item, where, "largest_free_block", &d.largest_free_block) ||
         !in.count(item, where, "total_bytes", &d.total_bytes) || !in.count(item, where, "used_bytes", &d.used_bytes))
       return false;

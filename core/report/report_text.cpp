@@ -272,6 +272,9 @@ std::string by_process(const report& r, const device_summary& d) {
   std::string line = printf_string("  by process (%s list): ", source);
   if (d.processes.empty()) {
     line += "no process listed";
+  } else if (!d.context) {
+    line += printf_string("%d process%s %s", split.others, split.others == 1 ? "" : "es",
+                          human_bytes(split.others_bytes).c_str());
   } else if (!split.self_listed) {
     line += printf_string("this process (pid %" PRId64 ") is not listed (in another PID namespace?)", r.process.pid);
   } else if (!split.self_known) {
@@ -281,7 +284,7 @@ std::string by_process(const report& r, const device_summary& d) {
     if (split.self_bytes >= reserved)
       line += ", " + human_bytes(split.self_bytes - reserved) + " of it outside tracepool (its CUDA context, libraries)";
   }
-  if (!d.processes.empty())
+  if (!d.processes.empty() && d.context)
     line += printf_string("; %d other process%s %s", split.others, split.others == 1 ? "" : "es",
                           human_bytes(split.others_bytes).c_str());
   std::string pids;
@@ -362,6 +365,15 @@ std::string to_text(const report& r, size_t top) {
   if (r.reason == "oom") out += "Out of memory: " + r.oom_message + "\n";
   for (const device_summary& d : r.devices) {
     const auto& t = d.stats.table;
+    if (!d.context) {  // Note [No context as a side effect] in backend.h: nothing of this process is there
+      out += printf_string("device %d: not used by this process (no context on it)", d.device);
+      if (d.total_bytes > 0)
+        out += printf_string("; the driver counts %s of %s used", human_bytes(d.used_bytes).c_str(),
+                             human_bytes(d.total_bytes).c_str());
+      out += "\n";
+      if (d.total_bytes > 0) out += by_process(r, d);
+      continue;
+    }
     out += printf_string(
         "device %d: %s allocated in %s (peak %s); %s reserved; %s cached (reserved but free), largest free block %s",
         d.device, human_bytes(t.at(stat_kind::allocated_bytes, all_pools).current).c_str(),

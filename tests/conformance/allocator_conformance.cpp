@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "allocator.h"
 #include "base/config.h"
+#include "report/report.h"
 
 namespace tracepool::core {
 namespace {
@@ -334,6 +336,37 @@ TEST_P(Conformance, ReservedRangesRefuseADoubleMapAndAFullDeviceCleanly) {
   EXPECT_EQ(be.map(0, big, beyond), status::out_of_memory) << last_error();
   EXPECT_EQ(be.free_range(0, big, beyond), status::ok) << "nothing of it mapped: " << last_error();
   EXPECT_EQ(be.free_range(0, base, 4 * page), status::ok) << last_error();
+}
+
+// Note [No context as a side effect] (core/backend/backend.h): a device is asked about (its memory, its
+// processes, its pages, a report of it all) without a context being made there; only using it makes one.
+// Each ctest case is a process of its own, so on CUDA no device has a context when it starts.
+TEST_P(Conformance, QuestionsAboutADeviceMakeNoContext) {
+  const int count = backend().device_count();
+  std::vector<bool> had(static_cast<size_t>(count));
+  for (int d = 0; d < count; ++d) had[static_cast<size_t>(d)] = backend().has_context(d);
+  for (int d = 0; d < count; ++d) {
+    size_t free_bytes = 0, total = 0;
+    const status s = alloc_->memory_info(d, &free_bytes, &total);
+    if (s == status::ok) EXPECT_LE(free_bytes, total);
+    std::vector<backend::process_usage> listed;
+    std::string why;
+    (void)alloc_->processes(d, &listed, &why);
+    (void)backend().page_size(d);
+  }
+  ASSERT_EQ(alloc_->empty_cache(-1), status::ok) << last_error();
+  report r;
+  ASSERT_EQ(build_report(*alloc_, "now", &r), status::ok) << last_error();
+  for (int d = 0; d < count; ++d) {
+    EXPECT_EQ(backend().has_context(d), had[static_cast<size_t>(d)]) << "device " << d;
+    if (had[static_cast<size_t>(d)]) continue;
+    EXPECT_GT(r.devices[static_cast<size_t>(d)].total_bytes, 0) << "device " << d;
+    std::printf("device %d: asked about and reported without a context\n", d);  // the GPU check counts these
+  }
+  void* p = nullptr;  // using a device is what makes its context
+  ASSERT_EQ(alloc_->malloc(4096, 0, nullptr, &p), status::ok) << last_error();
+  EXPECT_TRUE(backend().has_context(0));
+  ASSERT_EQ(alloc_->free(p), status::ok);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("host", "cuda", "host_growable", "cuda_growable"),

@@ -31,6 +31,13 @@
 # allocator, PyTorch's with expandable segments, tracepool classic and tracepool growable, taking turns
 # (a capture_bench.py relay), with step times and peak reserved bytes. Budget 575 s.
 #
+# TRACEPOOL_GPU_STEPS=multi runs instead the rows that need two GPUs (call it on the nvidia-h100-x2 kind): the
+# C++ build and the Python package, then Note [No context as a side effect] in a fresh process (the CUDA
+# conformance case), tests/gpu/contexts_check.py (two ranks under torchrun, each on its own device: after a
+# report, an out-of-memory error and the exit report, nvidia-smi lists each rank on its own device alone),
+# tests/gpu/peer_check.py (copies between the devices, classic and growable segments) and the ranks step.
+# Budget 420 s. The full run has these rows too; with one GPU the two-GPU ones skip.
+#
 # OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log (with the stress
 # suite's and every compute-sanitizer run's output, each under a ==== header) bench.log (the trace
 # bench's output at its end) bench.json torch.log pages.tar.gz (the HTML reports of the unmarked training
@@ -45,8 +52,8 @@ BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
 LIB=$BUILD/capi/libtracepool.so
 STEPS=${TRACEPOOL_GPU_STEPS:-all}
 case $STEPS in
-  all) budget_s=570 ;; capture | segments) budget_s=575 ;; growth) budget_s=400 ;;
-  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth or segments, not $STEPS" >&2; exit 2 ;;
+  all) budget_s=570 ;; capture | segments) budget_s=575 ;; growth) budget_s=400 ;; multi) budget_s=420 ;;
+  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth, segments or multi, not $STEPS" >&2; exit 2 ;;
 esac
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
@@ -308,10 +315,80 @@ if [[ $STEPS == segments ]]; then
   if [[ $PY == python3 ]]; then row FAIL "segments bench" "no package to measure"; else segments_step; fi
 fi
 
+# append_log TITLE FILE: FILE's text into conformance.log under a header.
+append_log() { { printf '\n==== %s ====\n' "$1"; [[ -f $2 ]] && cat "$2"; } >>"$OUT/conformance.log"; }
+# Note [No context as a side effect], in a process of its own so that no device has a context when it starts.
+nocontext_step() {
+  local log="$WORK/nocontext.log" n
+  gtest_step "no context made by questions (fresh)" "$BUILD/tests/tracepool_conformance_tests" "$log" 1 \
+    --gtest_filter='*QuestionsAboutADeviceMakeNoContext/cuda*'
+  append_log "no context made by questions (fresh process)" "$log"
+  n=$(grep -c 'asked about and reported without a context' "$log")
+  if ((n == 0)); then row FAIL "no context: devices checked" "every device had a context already: nothing was checked"
+  else row PASS "no context: devices checked" "$n device(s) asked about and reported with no context made ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"; fi
+}
+# ---- 5d. Two ranks under torchrun: a report each, and a merged view (tests/gpu/ranks_check.py; run
+# between the benchmark rounds below) ------------------------------------------------------------------
+ranks_step() {
+  local dir="$WORK/ranks" t
+  t=$(budget 90 40)
+  if ((t == 0)); then row SKIP "ranks: torchrun, two ranks" "time budget spent"; return; fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  timeout "$t" "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 -m tracepool run \
+    -o "$dir/report.json" tests/gpu/ranks_check.py >"$dir/run.log" 2>&1
+  local rc=$?
+  timeout 60 "$PY" -m tracepool merge -o "$dir/merged.json" "$dir"/report-rank*.json >>"$dir/run.log" 2>&1
+  "$PY" -m tracepool merge "$dir"/report-rank*.json >>"$OUT/torch.log" 2>&1
+  local line
+  line=$("$PY" tests/gpu/ranks_check.py compare "$dir" 2>&1 | tail -1)
+  if ((rc != 0)); then row FAIL "ranks: torchrun, two ranks" "torchrun exit $rc: $(tail -3 "$dir/run.log" | tr '\n' ' ' | cut -c1-300)"
+  else ROWS+=("$line"); fi
+  tail -40 "$dir/run.log" >>"$OUT/torch.log"
+}
+
+
+# ---- 2f. Two GPUs: no context on a device a process never used (issue 31, item 1), the ranks' reports, and
+# copies between devices of growable segments (issue 18). TRACEPOOL_GPU_STEPS=multi runs these alone (on the
+# nvidia-h100-x2 kind); with one GPU the two-GPU rows skip, saying so.
+gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
+contexts_step() {
+  local dir="$WORK/contexts" t rc line n
+  n=$(gpu_count)
+  if ((n < 2)); then row SKIP "no context on the other rank's GPU (2 ranks)" "needs two GPUs (nvidia-h100-x2); $n here"; return; fi
+  t=$(budget 150 40)
+  if ((t == 0)); then row SKIP "no context on the other rank's GPU (2 ranks)" "time budget spent"; return; fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  CUDA_DEVICE_ORDER=PCI_BUS_ID TRACEPOOL_REPORT="$dir/exit.json" timeout "$t" "$PY" -m torch.distributed.run --standalone \
+    --nproc-per-node 2 tests/gpu/contexts_check.py "$dir" >"$dir/run.log" 2>&1
+  rc=$?
+  line=$("$PY" tests/gpu/contexts_check.py compare "$dir" 2>&1 | tail -1)
+  if ((rc != 0)); then row FAIL "no context on the other rank's GPU (2 ranks)" "torchrun exit $rc: $(tail -3 "$dir/run.log" | tr '\n' ' ' | cut -c1-300)"
+  else ROWS+=("$line"); fi
+  { echo "==== contexts_check.py (2 ranks) ===="; tail -30 "$dir/run.log"; cat "$dir"/contexts-rank*.json; ls "$dir"; } >>"$OUT/torch.log" 2>&1
+}
+peer_step() {
+  local conf line n
+  n=$(gpu_count)
+  if ((n < 2)); then row SKIP "peer copies between two devices" "needs two GPUs (nvidia-h100-x2); $n here"; return; fi
+  for conf in segments:classic segments:growable; do
+    line=$(timeout 120 "$PY" tests/gpu/peer_check.py "$conf" 2>>"$OUT/torch.log" | grep -E '^[A-Z]+\|' | tail -1)
+    ROWS+=("${line:-FAIL|peer copies between two devices ($conf)|peer_check.py printed no row}")
+  done
+}
+
+if [[ $STEPS == multi ]]; then
+  nocontext_step
+  wait_for_package
+  contexts_step
+  peer_step
+  ranks_step
+fi
+
 # ---- 3. C++ tests ---------------------------------------------------------------------------------
 if [[ $STEPS == all ]]; then
 gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_tests" "$OUT/conformance.log" 1 \
   --gtest_filter='*cuda*'
+nocontext_step
 
 # ---- 3b. CUDA stress suite, and compute-sanitizer ---------------------------------------------------
 # The output of each run goes to conformance.log under a ==== header; the stress suite's own lines
@@ -329,8 +406,6 @@ gtest_step "conformance tests (*cuda*)" "$BUILD/tests/tracepool_conformance_test
 STRESS=$BUILD/tests/gpu/tracepool_cuda_stress_tests
 SANITIZER=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null | head -1)
 
-# append_log TITLE FILE: FILE's text into conformance.log under a header.
-append_log() { { printf '\n==== %s ====\n' "$1"; [[ -f $2 ]] && cat "$2"; } >>"$OUT/conformance.log"; }
 
 # stress_detail LOG: "tracepool: 60000 blocks, 2000 moved, 0 mismatched; ..." from the suite's lines.
 stress_detail() {
@@ -656,24 +731,6 @@ while IFS= read -r line; do ROWS+=("$line"); done < <(
   python3 tests/gpu/hosts_check.py compare "$WORK"/hosts.*.json 2>&1 \
     | grep -E '^[A-Za-z]+\|' || echo "FAIL|CuPy/Numba|hosts_check.py compare printed nothing")
 
-# ---- 5d. Two ranks under torchrun: a report each, and a merged view (tests/gpu/ranks_check.py; run
-# between the benchmark rounds below) ------------------------------------------------------------------
-ranks_step() {
-  local dir="$WORK/ranks" t
-  t=$(budget 90 40)
-  if ((t == 0)); then row SKIP "ranks: torchrun, two ranks" "time budget spent"; return; fi
-  rm -rf "$dir" && mkdir -p "$dir"
-  timeout "$t" "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 -m tracepool run \
-    -o "$dir/report.json" tests/gpu/ranks_check.py >"$dir/run.log" 2>&1
-  local rc=$?
-  timeout 60 "$PY" -m tracepool merge -o "$dir/merged.json" "$dir"/report-rank*.json >>"$dir/run.log" 2>&1
-  "$PY" -m tracepool merge "$dir"/report-rank*.json >>"$OUT/torch.log" 2>&1
-  local line
-  line=$("$PY" tests/gpu/ranks_check.py compare "$dir" 2>&1 | tail -1)
-  if ((rc != 0)); then row FAIL "ranks: torchrun, two ranks" "torchrun exit $rc: $(tail -3 "$dir/run.log" | tr '\n' ' ' | cut -c1-300)"
-  else ROWS+=("$line"); fi
-  tail -40 "$dir/run.log" >>"$OUT/torch.log"
-}
 
 # Where nvidia-smi's memory went (Note [Where the memory went]): the driver's figure, then by process.
 accounting_step() {
@@ -707,6 +764,8 @@ bench_round() {
 bench_round 1 native tracepool tp_python tp_history tp_all
 for a in minimal timed; do NEED=40 torch_step "bench.$a" 1 gpt2_step,resnet_step "$a"; done
 accounting_step
+contexts_step
+peer_step
 ranks_step  # after the first round of benchmarks, which every benchmark row needs; before the second
 bench_round 2 tp_all tp_history tp_python tracepool native
 

@@ -14,6 +14,8 @@ function deviceCard(r, ri, d) {
   const cached = Math.max(0, reserved - allocated);
   const title = (reports.length > 1 ? rankName(r, ri) + ", " : "") + deviceName(d.device);
   const card = el("div", { class: "card" }, el("h3", { text: title }));
+  if (d.context === false)  // Note [No context as a side effect] in core/backend/backend.h
+    card.append(el("p", { text: "not used by this process (no context on it); the figures below are NVML's" }));
   const used = d.used_bytes || 0;
   const total = d.total_bytes || 0;
   const scale = Math.max(total, used, reserved, 1);
