@@ -470,6 +470,32 @@ PYBIND11_MODULE(_tracepool, m) {
       "Writes bytes where a report may go: a new or regular file replaced atomically, a character "
       "device, a FIFO, /dev/stdout, /dev/stderr or /dev/fd/N written straight; anything else refused.");
   m.def(
+      "write_exit_report", [] { call_without_gil([] { return tracepool_write_exit_report(); }); },
+      "Writes the TRACEPOOL_REPORT report now, if due (at most once per process).");
+  m.def(
+      "check_report_path", [](const std::string& path) { check(tracepool_check_report_path(c_text(path, "path"))); },
+      py::arg("path"), "Raises tracepool.Error saying why a report could not be written at `path` now.");
+  m.def(
+      "write_file_or_fallback",
+      [](const std::string& path, const py::bytes& data) {
+        const char* where = c_text(path, "path");
+        char* bytes = nullptr;
+        Py_ssize_t size = 0;
+        if (PyBytes_AsStringAndSize(data.ptr(), &bytes, &size) != 0) throw py::error_already_set();
+        char* written = nullptr;
+        std::string why;
+        call_without_gil([&] {
+          const int rc = tracepool_write_file_or_fallback(where, bytes, static_cast<size_t>(size), &written);
+          if (rc == TRACEPOOL_OK && written != nullptr && std::strcmp(written, where) != 0) why = tracepool_last_error();
+          return rc;
+        });
+        std::unique_ptr<char, void (*)(char*)> owned(written, tracepool_string_free);
+        return py::make_tuple(py::bytes(owned.get()), py::bytes(why));  // bytes: any file name the OS allows
+      },
+      py::arg("path"), py::arg("data"),
+      "write_file, and where that fails, a new file in the temporary folder: (where it went, why not at `path` "
+      "or ''). Raises tracepool.Error when neither could be written.");
+  m.def(
       "report_path",
       [](const std::string& path) {
         char* where = nullptr;

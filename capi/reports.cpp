@@ -206,6 +206,23 @@ int tracepool_write_file(const char* path, const void* data, size_t size) {
   return guarded("tracepool_write_file", [&] { return core::write_file_to(path, data, size); });
 }
 
+int tracepool_check_report_path(const char* path) {
+  return guarded("tracepool_check_report_path", [&] { return core::check_report_path(path); });
+}
+
+int tracepool_write_file_or_fallback(const char* path, const void* data, size_t size, char** written_to) {
+  return guarded("tracepool_write_file_or_fallback", [&] {
+    if (written_to == nullptr)
+      return tracepool::fail(status::invalid_argument, "tracepool_write_file_or_fallback: written_to is NULL");
+    *written_to = nullptr;
+    std::string where, why;
+    if (status s = core::write_file_or_fallback(path, data, size, &where, &why); s != status::ok) return s;
+    if (status s = copy_out(where, written_to); s != status::ok) return s;
+    if (!why.empty()) tracepool::fail(status::invalid_argument, "%s", why.c_str());  // why not `path`: the contract
+    return status::ok;
+  });
+}
+
 int tracepool_report_path(const char* path, char** out) {
   return guarded("tracepool_report_path", [&] {
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_path: out is NULL");

@@ -18,6 +18,7 @@
 #include "base/config.h"
 #include "base/fork_guard.h"
 #include "base/status.h"
+#include "exit_report.h"
 #include "handle.h"
 #include "report/oom_reporter.h"
 #include "report/report.h"
@@ -124,30 +125,6 @@ class c_frame_provider final : public core::script_provider {
 };
 
 
-// Set by the first writer of the TRACEPOOL_REPORT exit report: tracepool_write_exit_report (a host
-// whose exit skips C's atexit handlers, as CPython's after Ctrl-C) or the atexit handler, whichever
-// runs first; the other then does nothing. Set before the write, so two threads never both write. A
-// forked child inherits it: forked after its parent wrote the report, it writes none; forked before,
-// it writes its own when it exits (to the same path, as every process with TRACEPOOL_REPORT does).
-std::atomic<bool> exit_report_taken{false};
-
-// TRACEPOOL_REPORT: the default instance's report ("exit"), at most once per process. A failure is
-// printed, since at exit no caller is left to read a status.
-int write_exit_report_once() {
-  const char* path = std::getenv("TRACEPOOL_REPORT");
-  tracepool_t* tp = default_instance.load(std::memory_order_acquire);
-  if (path == nullptr || *path == '\0' || tp == nullptr) return TRACEPOOL_OK;
-  if (exit_report_taken.exchange(true)) return TRACEPOOL_OK;
-  const int rc = guarded("report at exit", [&] {
-    core::report r;
-    if (status s = core::build_report(*tp->impl, "exit", &r); s != status::ok) return s;
-    return core::write_report_to(r, path, nullptr);
-  });
-  if (rc != TRACEPOOL_OK) std::fprintf(stderr, "tracepool: TRACEPOOL_REPORT=%s: %s\n", path, tracepool::last_error());
-  return rc;
-}
-
-void write_exit_report() { write_exit_report_once(); }
 
 }  // namespace
 
@@ -167,7 +144,7 @@ tracepool_t* tracepool_default(void) {
     const int rc = guarded("tracepool_default", [&] { return create(d.conf.c_str(), true, &tp); });
     if (rc != TRACEPOOL_OK) d.failure = tracepool::last_error();
     const char* report = std::getenv("TRACEPOOL_REPORT");
-    if (rc == TRACEPOOL_OK && report != nullptr && *report != '\0') std::atexit(write_exit_report);
+    if (rc == TRACEPOOL_OK && report != nullptr && *report != '\0') tracepool::capi::arm_exit_report(tp, report);
     default_instance.store(tp, std::memory_order_release);
   }
   tracepool_t* tp = default_instance.load(std::memory_order_relaxed);
@@ -413,7 +390,7 @@ int tracepool_add_bindings_module(const void* address) {
   });
 }
 
-int tracepool_write_exit_report(void) { return write_exit_report_once(); }
+int tracepool_write_exit_report(void) { return tracepool::capi::write_exit_report_once(); }
 
 const char* tracepool_status_string(int s) {
   switch (s) {

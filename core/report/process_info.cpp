@@ -1,8 +1,10 @@
 #include "report/process_info.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -36,8 +38,24 @@ constexpr launcher_variables launchers[] = {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-bool names_a_descriptor_or_device(const std::string& path) {
-  return path == "stderr" || starts_with(path, "/dev/") || starts_with(path, "/proc/self/fd/");
+// Paths written in place (Note [Report paths] in report_file.cpp): descriptors, and character devices
+// and FIFOs that exist. Anything else, a file under /dev/shm included, is a file of this rank's own.
+bool written_in_place(const std::string& path) {
+  if (path == "stderr" || path == "/dev/stdout" || path == "/dev/stderr" || starts_with(path, "/dev/fd/") ||
+      starts_with(path, "/proc/self/fd/"))
+    return true;
+  struct ::stat st {};
+  return ::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
+}
+
+// A placeholder's value as one plain file-name component: letters, digits, '.', '-' and '_' (anything
+// else becomes '_'), never "", "." or "..", at most 64 bytes.
+std::string file_name_component(const std::string& value) {
+  std::string out;
+  for (char c : value.substr(0, 64))
+    out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ? c : '_';
+  if (out.find_first_not_of('.') == std::string::npos) out = "_" + out;  // "", "." and ".."
+  return out;
 }
 
 void replace_all(std::string* s, const std::string& what, const std::string& with) {
@@ -66,12 +84,10 @@ process_summary this_process() {
 std::string expand_report_path(const std::string& path, const process_summary& p) {
   std::string out = path;
   const bool placed = out.find("{rank}") != std::string::npos || out.find("{pid}") != std::string::npos;
-  std::string host = p.host.empty() ? "unknown-host" : p.host;
-  replace_all(&host, "/", "_");
-  replace_all(&out, "{rank}", std::to_string(p.rank < 0 ? 0 : p.rank));
-  replace_all(&out, "{pid}", std::to_string(p.pid));
-  replace_all(&out, "{host}", host);
-  if (placed || p.world_size <= 1 || p.rank < 0 || names_a_descriptor_or_device(out)) return out;
+  replace_all(&out, "{rank}", file_name_component(std::to_string(p.rank < 0 ? 0 : p.rank)));
+  replace_all(&out, "{pid}", file_name_component(std::to_string(p.pid)));
+  replace_all(&out, "{host}", file_name_component(p.host.empty() ? "unknown-host" : p.host));
+  if (placed || p.world_size <= 1 || p.rank < 0 || written_in_place(out)) return out;
   const size_t base = out.rfind('/') == std::string::npos ? 0 : out.rfind('/') + 1;
   size_t dot = out.rfind('.');
   if (dot == std::string::npos || dot <= base) dot = out.size();  // no extension (or a dotfile's name)

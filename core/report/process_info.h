@@ -7,8 +7,11 @@
 // set them, its rank, local rank and world size; and report paths take placeholders: {rank} (0
 // when no launcher set one), {pid} and {host}. Under a launcher of more than one rank, a path with
 // neither {rank} nor {pid} gets "-rank<N>" before its extension ("report.json" becomes
-// "report-rank1.json"): the only default with which no rank's report replaces another's. Paths that
-// name a descriptor or a device ("stderr", /dev/..., /proc/self/fd/...) are left as they are.
+// "report-rank1.json"): the only default with which no rank's report replaces another's. Paths written
+// in place are left as they are: descriptors ("stderr", /dev/stdout, /dev/fd/N, /proc/self/fd/N) and
+// existing character devices and FIFOs; a file under /dev/shm is a file, and gets the rank. Each
+// placeholder's value is made one plain file-name component (letters, digits, '.', '-', '_'; never "."
+// or ".."), so that no host name can move a report to another folder.
 // Launchers, first found wins: torchrun and most Python launchers (RANK, LOCAL_RANK, WORLD_SIZE),
 // Open MPI (OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE), MPICH and Intel MPI (PMI_RANK, PMI_SIZE),
 // Slurm's srun (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS). A value that is not a non-negative

@@ -11,6 +11,7 @@
 
 #include "stats.h"
 #include "backend/backend.h"
+#include "base/bounded_write.h"
 #include "base/status.h"
 #include "report/growth.h"
 #include "report/process_info.h"
@@ -275,9 +276,21 @@ std::string oom_summary(const report& r, int device);
 // temporary file); a character device or a FIFO is written in place (a FIFO without a reader is an
 // error); anything else, a symbolic link included, is refused and left alone.
 // format: as report_format_of's; top_sites as to_text's.
+// A write that must wait for a reader (a pipe, a FIFO) waits at most 10 s for each step of progress,
+// and gives up when SIGINT arrives (Note [Bounded writes] in base/bounded_write.h).
 status write_report_to(const report& r, const char* path, const char* format, size_t top_sites = 10);
-// The same for any bytes (tracepool_write_file). data may be NULL when size is 0.
-status write_file_to(const char* path, const void* data, size_t size);
+// The same for any bytes (tracepool_write_file), the wait for a reader at most `stall_ms` a step. data
+// may be NULL when size is 0.
+status write_file_to(const char* path, const void* data, size_t size, int stall_ms = default_write_stall_ms);
+// Whether a report could be written at `path` (its rank's path, Note [Ranks]) now, writing nothing: ok,
+// or the error the write would give (a missing or read-only folder, a directory, a link, a name too
+// long, a descriptor not open for writing). A FIFO without a reader yet is fine.
+status check_report_path(const char* path);
+// write_file_to, and where that fails, a new file in the temporary folder (Note [When a report cannot
+// be written] in report_file.cpp). ok: *written_to says where it went, and *why_not_path why not at
+// `path` ("" when it went there). Otherwise neither could be written, and the error is the fallback's.
+status write_file_or_fallback(const char* path, const void* data, size_t size, std::string* written_to,
+                              std::string* why_not_path);
 
 std::string human_bytes(int64_t bytes);
 

@@ -11,7 +11,8 @@
 //   - no such path, or a regular file: replaced atomically (Note [Atomic write]);
 //   - a character device or a FIFO: opened without following a link, checked again on the open
 //     descriptor, and written in place; a FIFO is opened non-blocking so that one without a reader is
-//     an error, not a hang;
+//     an error, not a hang, and a reader that stops reading is waited for with a bound, as any
+//     descriptor's (Note [Bounded writes] in base/bounded_write.h);
 //   - anything else (directory, socket, block device, symbolic link) is refused and left alone. A
 //     link planted at the path is neither followed nor replaced: the user is told to name its target.
 //
@@ -22,7 +23,18 @@
 // the target. A process killed while writing leaves nothing, and a reader never sees half a report;
 // only a kill between the linkat and the rename of an existing target leaves the temporary name.
 // Where the file system has no O_TMPFILE, mkstemp makes the named temporary file, written at once
-// from memory and renamed.
+// from memory and renamed. A file that replaces another takes its mode, and its group where allowed: a
+// report its owner made private (0600) stays private. The temporary name is the target's, shortened
+// where need be, plus a suffix: whatever name the file system takes, its temporary name fits too.
+//
+// Note [When a report cannot be written]
+// A report is made once, at the end of what may have been hours of work: a path that cannot be written
+// must not lose it. Where tracepool can, the path is checked before the program starts
+// (check_report_path: `run`'s options, and TRACEPOOL_REPORT when the default instance is made). Where
+// writing still fails at the end (write_file_or_fallback), the report goes to a new file in the
+// temporary folder ($TMPDIR, else /tmp), tracepool-report-<pid>-<random> with the path's extension,
+// readable by its owner alone, and the caller says where; only where that fails too does the caller
+// print the text report on stderr.
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -32,7 +44,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -40,19 +54,19 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/bounded_write.h"
 #include "report/report.h"
 
 namespace tracepool::core {
 
 namespace {
 
-// How messages name the caller and what it writes.
+// What messages call the things written ("reports" / "files"), and how long a write waits for a reader
+// that takes nothing (Note [Bounded writes] in base/bounded_write.h).
 struct writer {
-  const char* function;  // "write_report"
-  const char* things;    // "reports"
+  const char* things;
+  int stall_ms = default_write_stall_ms;
 };
-constexpr writer report_writer{"write_report", "reports"};
-constexpr writer file_writer{"write_file", "files"};
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -61,60 +75,22 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// Blocks SIGPIPE on this thread while it writes, so that a reader that goes away makes write() fail
-// with EPIPE instead of killing the host. A SIGPIPE our write raised is consumed before the mask is
-// restored; one that was pending before is left for the host.
-class sigpipe_blocked {
- public:
-  sigpipe_blocked() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+// Everything to `fd`, which `path` names: ok, or a message naming `path` and what went wrong.
+status write_all(int fd, const std::string& path, const void* data, size_t size, const writer& w) {
+  size_t written = 0;
+  switch (write_bounded(fd, data, size, w.stall_ms, &written)) {
+    case write_outcome::written:
+      return status::ok;
+    case write_outcome::stalled:
+      return fail(status::invalid_argument, "cannot write %s: its reader took nothing for %d s (%zu of %zu bytes "
+                  "written); gave up", path.c_str(), (w.stall_ms + 999) / 1000, written, size);
+    case write_outcome::interrupted:
+      return fail(status::invalid_argument, "cannot write %s: interrupted by SIGINT while waiting for its reader (%zu "
+                  "of %zu bytes written)", path.c_str(), written, size);
+    case write_outcome::failed:
+      break;
   }
-  ~sigpipe_blocked() {
-    if (!blocked_) return;
-    const int saved = errno;
-    if (broke_ && !was_pending_) {
-      const timespec zero{};
-      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-    errno = saved;
-  }
-  void broke() { broke_ = true; }
-  sigpipe_blocked(const sigpipe_blocked&) = delete;
-  sigpipe_blocked& operator=(const sigpipe_blocked&) = delete;
-
- private:
-  sigset_t pipe_{}, old_{};
-  bool was_pending_ = false, blocked_ = false, broke_ = false;
-};
-
-// Writes everything, waiting on a descriptor the host made non-blocking. False with errno set.
-bool write_all(int fd, const void* data, size_t size) {
-  sigpipe_blocked quiet;
-  const char* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, p + done, size - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd out{fd, POLLOUT, 0};
-      if (::poll(&out, 1, -1) >= 0 || errno == EINTR) continue;
-      return false;
-    }
-    if (n < 0 && errno == EPIPE) quiet.broke();
-    if (n == 0) errno = EIO;
-    return false;
-  }
-  return true;
+  return fail(status::invalid_argument, "cannot write %s: %s", path.c_str(), std::strerror(errno));
 }
 
 // The process umask, read without changing it (umask() would, for every thread, for a moment).
@@ -156,22 +132,25 @@ int descriptor_of(const std::string& path) {
   return static_cast<int>(fd);
 }
 
-status write_descriptor(int fd, const std::string& path, const void* data, size_t size, const writer& w) {
+// Whether `fd` (named by `path`) is open for writing.
+status check_descriptor(int fd, const std::string& path) {
   if (fd == bad_descriptor_number)
-    return fail(status::invalid_argument, "%s: %s: not a file descriptor number", w.function, path.c_str());
+    return fail(status::invalid_argument, "cannot write %s: not a file descriptor number", path.c_str());
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0)
-    return fail(status::invalid_argument, "%s: %s: file descriptor %d is not open", w.function, path.c_str(), fd);
+    return fail(status::invalid_argument, "cannot write %s: file descriptor %d is not open", path.c_str(), fd);
   if ((flags & O_ACCMODE) == O_RDONLY)
-    return fail(status::invalid_argument, "%s: %s: file descriptor %d is not open for writing", w.function,
-                path.c_str(), fd);
+    return fail(status::invalid_argument, "cannot write %s: file descriptor %d is not open for writing", path.c_str(),
+                fd);
+  return status::ok;
+}
+
+status write_descriptor(int fd, const std::string& path, const void* data, size_t size, const writer& w) {
+  if (status s = check_descriptor(fd, path); s != status::ok) return s;
   // What the program printed through stdio comes first, as it would at any other moment.
   if (fd == 1) std::fflush(stdout);
   if (fd == 2) std::fflush(stderr);
-  if (!write_all(fd, data, size))
-    return fail(status::invalid_argument, "%s: cannot write to %s (file descriptor %d): %s", w.function, path.c_str(),
-                fd, std::strerror(errno));
-  return status::ok;
+  return write_all(fd, path, data, size, w);
 }
 
 // ---- Devices and FIFOs ------------------------------------------------------------------------------
@@ -199,29 +178,25 @@ const char* kind_of(mode_t mode) {
 
 bool is_device_or_fifo(mode_t mode) { return S_ISCHR(mode) || S_ISFIFO(mode); }
 
+// A FIFO is opened non-blocking, so that one without a reader is an error rather than a wait, and
+// stays so: write_all waits for its reader with a bound (Note [Bounded writes]).
 status write_in_place(const std::string& path, mode_t mode, const void* data, size_t size, const writer& w) {
   const bool fifo = S_ISFIFO(mode);
   const int fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
   if (fd < 0) {
     if (fifo && errno == ENXIO)
-      return fail(status::invalid_argument, "%s: cannot write %s: no process is reading the FIFO", w.function,
-                  path.c_str());
-    return fail(status::invalid_argument, "%s: cannot open %s: %s", w.function, path.c_str(), std::strerror(errno));
+      return fail(status::invalid_argument, "cannot write %s: no process is reading the FIFO", path.c_str());
+    return fail(status::invalid_argument, "cannot open %s: %s", path.c_str(), std::strerror(errno));
   }
   struct ::stat st {};
   if (::fstat(fd, &st) != 0 || !is_device_or_fifo(st.st_mode)) {
     ::close(fd);
-    return fail(status::invalid_argument, "%s: %s changed while it was being opened (now %s); nothing written",
-                w.function, path.c_str(), kind_of(st.st_mode));
+    return fail(status::invalid_argument, "%s changed while it was being opened (now %s); nothing written",
+                path.c_str(), kind_of(st.st_mode));
   }
-  // Non-blocking only to open: the write waits for the reader like any other writer's.
-  if (fifo) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const bool ok = write_all(fd, data, size);
-  const int saved = errno;
+  const status s = write_all(fd, path, data, size, w);
   ::close(fd);
-  if (!ok)
-    return fail(status::invalid_argument, "%s: cannot write %s: %s", w.function, path.c_str(), std::strerror(saved));
-  return status::ok;
+  return s;
 }
 
 status refuse(const std::string& path, mode_t mode, const writer& w) {
@@ -236,9 +211,9 @@ status refuse(const std::string& path, mode_t mode, const writer& w) {
     advice = ": give a file name inside it";
   }
   return fail(status::invalid_argument,
-              "%s: %s is %s; tracepool writes %s only to regular files, new paths, character devices, FIFOs, "
+              "%s is %s; tracepool writes %s only to regular files, new paths, character devices, FIFOs, "
               "/dev/stdout, /dev/stderr and /dev/fd/N%s",
-              w.function, path.c_str(), what.c_str(), w.things, advice);
+              path.c_str(), what.c_str(), w.things, advice);
 }
 
 // ---- Regular files: Note [Atomic write] -------------------------------------------------------------
@@ -247,6 +222,25 @@ std::string directory_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string name_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The longest file name `dir`'s file system takes.
+size_t longest_name(const std::string& dir) {
+  const long n = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<size_t>(n) : NAME_MAX;
+}
+
+// `path` with `suffix` added to its name, the name first shortened so that the whole fits the file
+// system: whatever name fits, its temporary name fits too.
+std::string beside(const std::string& path, const std::string& suffix) {
+  const std::string dir = directory_of(path), name = name_of(path);
+  const size_t room = longest_name(dir) > suffix.size() ? longest_name(dir) - suffix.size() : 1;
+  return path.substr(0, path.size() - name.size()) + name.substr(0, std::min(name.size(), room)) + suffix;
 }
 
 // `path` plus ".tmp." and 12 random hex digits: never a name someone could have prepared.
@@ -261,7 +255,18 @@ std::string temporary_name(const std::string& path) {
   }
   char suffix[32];
   std::snprintf(suffix, sizeof suffix, ".tmp.%012llx", static_cast<unsigned long long>(bits & 0xffffffffffffULL));
-  return path + suffix;
+  return beside(path, suffix);
+}
+
+// A replaced report keeps the mode of the one it replaces (a 0600 report stays 0600) and its group where
+// the process may set it (root keeps its owner too); a new file gets 0666 less the umask, as open() gives.
+void take_mode(int fd, const struct ::stat* replaced) {
+  if (replaced == nullptr) {
+    (void)::fchmod(fd, 0666 & ~current_umask());
+    return;
+  }
+  (void)::fchown(fd, ::geteuid() == 0 ? replaced->st_uid : static_cast<uid_t>(-1), replaced->st_gid);
+  (void)::fchmod(fd, replaced->st_mode & 0777);
 }
 
 // Gives the unnamed file at `fd` the name `name`. False with errno set (EEXIST: the name is taken).
@@ -274,91 +279,183 @@ bool link_unnamed(int fd, const std::string& name) {
   return ::linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0;
 }
 
-status replace_through_mkstemp(const std::string& path, const void* data, size_t size, const writer& w) {
-  std::string temp = path + ".tmp.XXXXXX";
+status replace_through_mkstemp(const std::string& path, const struct ::stat* replaced, const void* data, size_t size,
+                               const writer& w) {
+  std::string temp = beside(path, ".tmp.XXXXXX");
   const int fd = mkstemp(temp.data());  // O_CREAT | O_EXCL: never opens an existing file or link
-  if (fd < 0)
-    return fail(status::invalid_argument, "%s: cannot create %s: %s", w.function, temp.c_str(), std::strerror(errno));
-  const bool ok = ::fchmod(fd, 0666 & ~current_umask()) == 0 && write_all(fd, data, size) && ::fsync(fd) == 0;
-  const int saved = errno;
+  if (fd < 0) return fail(status::invalid_argument, "cannot create %s: %s", temp.c_str(), std::strerror(errno));
+  take_mode(fd, replaced);
+  status s = write_all(fd, temp, data, size, w);
+  if (s == status::ok && ::fsync(fd) != 0)
+    s = fail(status::invalid_argument, "cannot write %s: %s", temp.c_str(), std::strerror(errno));
   ::close(fd);
-  if (!ok) {
+  if (s != status::ok) {
     ::unlink(temp.c_str());
-    return fail(status::invalid_argument, "%s: cannot write %s: %s", w.function, temp.c_str(), std::strerror(saved));
+    return s;
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(temp.c_str());
-    return fail(status::invalid_argument, "%s: cannot rename %s to %s: %s", w.function, temp.c_str(), path.c_str(),
-                std::strerror(e));
+    return fail(status::invalid_argument, "cannot rename %s to %s: %s", temp.c_str(), path.c_str(), std::strerror(e));
   }
   return status::ok;
 }
 
-// Names the complete unnamed file at `fd` `path`, replacing what is there.
-status name_unnamed(int fd, const std::string& path, bool path_exists, const void* data, size_t size, const writer& w) {
-  if (!path_exists) {
+// Names the complete unnamed file at `fd` `path`, replacing what is there (`replaced`, if anything).
+status name_unnamed(int fd, const std::string& path, const struct ::stat* replaced, const void* data, size_t size,
+                    const writer& w) {
+  if (replaced == nullptr) {
     if (link_unnamed(fd, path)) return status::ok;
-    if (errno != EEXIST) return replace_through_mkstemp(path, data, size, w);
+    if (errno != EEXIST) return replace_through_mkstemp(path, replaced, data, size, w);
     // Someone made the path meanwhile: it is replaced like any existing one (rename follows no link).
   }
   for (int attempt = 0; attempt < 64; ++attempt) {
     const std::string temp = temporary_name(path);
     if (!link_unnamed(fd, temp)) {
       if (errno == EEXIST) continue;
-      return replace_through_mkstemp(path, data, size, w);  // linkat refused (no /proc, no capability)
+      return replace_through_mkstemp(path, replaced, data, size, w);  // linkat refused (no /proc, no capability)
     }
     if (::rename(temp.c_str(), path.c_str()) == 0) return status::ok;
     const int e = errno;
     ::unlink(temp.c_str());
-    return fail(status::invalid_argument, "%s: cannot rename %s to %s: %s", w.function, temp.c_str(), path.c_str(),
-                std::strerror(e));
+    return fail(status::invalid_argument, "cannot rename %s to %s: %s", temp.c_str(), path.c_str(), std::strerror(e));
   }
-  return fail(status::invalid_argument, "%s: no free temporary name next to %s", w.function, path.c_str());
+  return fail(status::invalid_argument, "cannot write %s: no free temporary name next to it", path.c_str());
 }
 
-status replace_atomically(const std::string& path, bool path_exists, const void* data, size_t size, const writer& w) {
+// Whether `dir` takes new files from this process (its effective ids, as open() checks).
+status check_folder(const std::string& path, const std::string& dir) {
+  struct ::stat st {};
+  if (::stat(dir.c_str(), &st) != 0)
+    return fail(status::invalid_argument, "cannot write %s: %s: %s", path.c_str(), dir.c_str(),
+                errno == ENOENT ? "no such folder" : std::strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return fail(status::invalid_argument, "cannot write %s: %s is not a folder", path.c_str(), dir.c_str());
+  if (::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0)
+    return fail(status::invalid_argument, "cannot write %s: no permission to create files in %s", path.c_str(),
+                dir.c_str());
+  return status::ok;
+}
+
+status replace_atomically(const std::string& path, const struct ::stat* replaced, const void* data, size_t size,
+                          const writer& w) {
   const std::string dir = directory_of(path);
   const int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);  // less the umask, as O_CREAT
   if (fd < 0) {
     // EISDIR: a kernel without O_TMPFILE opened the directory itself; the others: a file system without it.
-    if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) return replace_through_mkstemp(path, data, size, w);
-    return fail(status::invalid_argument, "%s: cannot create %s: %s", w.function, path.c_str(), std::strerror(errno));
-  }
-  if (!write_all(fd, data, size) || ::fsync(fd) != 0) {
+    if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)
+      return replace_through_mkstemp(path, replaced, data, size, w);
     const int e = errno;
-    ::close(fd);
-    return fail(status::invalid_argument, "%s: cannot write %s: %s", w.function, path.c_str(), std::strerror(e));
+    if (status s = check_folder(path, dir); s != status::ok) return s;  // the folder's fault, said plainly
+    return fail(status::invalid_argument, "cannot create %s: %s", path.c_str(), std::strerror(e));
   }
-  const status s = name_unnamed(fd, path, path_exists, data, size, w);
+  if (replaced != nullptr) take_mode(fd, replaced);
+  status s = write_all(fd, path, data, size, w);
+  if (s == status::ok && ::fsync(fd) != 0)
+    s = fail(status::invalid_argument, "cannot write %s: %s", path.c_str(), std::strerror(errno));
+  if (s == status::ok) s = name_unnamed(fd, path, replaced, data, size, w);
   ::close(fd);
   return s;
 }
 
-status write_to(const char* path, const void* data, size_t size, const writer& w) {
-  if (path == nullptr) return fail(status::invalid_argument, "%s: path is NULL", w.function);
-  const std::string where = path;
-  if (where.empty()) return fail(status::invalid_argument, "%s: path is empty", w.function);
+// ---- Every path ---------------------------------------------------------------------------------------
+
+status write_to(const std::string& where, const void* data, size_t size, const writer& w) {
+  if (where.empty()) return fail(status::invalid_argument, "the path to write is empty");
   if (const int fd = descriptor_of(where); fd != not_a_descriptor) return write_descriptor(fd, where, data, size, w);
   struct ::stat st {};
   if (::lstat(where.c_str(), &st) != 0) {
-    if (errno != ENOENT)
-      return fail(status::invalid_argument, "%s: cannot write %s: %s", w.function, where.c_str(), std::strerror(errno));
+    if (errno != ENOENT) return fail(status::invalid_argument, "cannot write %s: %s", where.c_str(), std::strerror(errno));
     if (ends_with(where, "/"))
-      return fail(status::invalid_argument, "%s: %s ends in '/': give a file name", w.function, where.c_str());
-    return replace_atomically(where, false, data, size, w);
+      return fail(status::invalid_argument, "cannot write %s: it ends in '/': give a file name", where.c_str());
+    return replace_atomically(where, nullptr, data, size, w);
   }
-  if (S_ISREG(st.st_mode)) return replace_atomically(where, true, data, size, w);
+  if (S_ISREG(st.st_mode)) return replace_atomically(where, &st, data, size, w);
   if (is_device_or_fifo(st.st_mode)) return write_in_place(where, st.st_mode, data, size, w);
   return refuse(where, st.st_mode, w);
 }
 
+// write_to's checks, with nothing written: what would refuse or fail the write now.
+status check_writable(const std::string& where, const writer& w) {
+  if (where.empty()) return fail(status::invalid_argument, "the path to write is empty");
+  if (const int fd = descriptor_of(where); fd != not_a_descriptor) return check_descriptor(fd, where);
+  struct ::stat st {};
+  if (::lstat(where.c_str(), &st) != 0) {
+    if (errno != ENOENT) return fail(status::invalid_argument, "cannot write %s: %s", where.c_str(), std::strerror(errno));
+    if (ends_with(where, "/"))
+      return fail(status::invalid_argument, "cannot write %s: it ends in '/': give a file name", where.c_str());
+    return check_folder(where, directory_of(where));  // a name too long failed lstat already
+  }
+  if (S_ISREG(st.st_mode)) return check_folder(where, directory_of(where));  // replaced: a new file there
+  if (!is_device_or_fifo(st.st_mode)) return refuse(where, st.st_mode, w);
+  if (::faccessat(AT_FDCWD, where.c_str(), W_OK, AT_EACCESS) != 0)
+    return fail(status::invalid_argument, "cannot write %s: %s", where.c_str(), std::strerror(errno));
+  return status::ok;  // a FIFO's reader may come later
+}
+
+// ---- Note [When a report cannot be written] -----------------------------------------------------------
+
+// The extension of `path`'s name (".json"), where it has a short one of letters and digits; else ".txt".
+std::string extension_of(const std::string& path) {
+  const std::string name = name_of(path);
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot == 0 || name.size() - dot > 9) return ".txt";
+  for (size_t i = dot + 1; i < name.size(); ++i)
+    if (!std::isalnum(static_cast<unsigned char>(name[i]))) return ".txt";
+  return dot + 1 == name.size() ? ".txt" : name.substr(dot);
+}
+
+// A new file, its owner's alone, in the temporary folder: tracepool-report-<pid>-<random><extension>.
+status write_to_temporary_folder(const std::string& path, const void* data, size_t size, std::string* where) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp";
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    uint32_t bits = 0;
+    if (getrandom(&bits, sizeof bits, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof bits))
+      bits = static_cast<uint32_t>(attempt) * 2654435761u ^ static_cast<uint32_t>(::time(nullptr));
+    char name[64];
+    std::snprintf(name, sizeof name, "/tracepool-report-%d-%06x", static_cast<int>(::getpid()), bits & 0xffffffu);
+    const std::string candidate = dir + name + extension_of(path);
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) return fail(status::invalid_argument, "cannot create %s: %s", candidate.c_str(), std::strerror(errno));
+    status s = write_all(fd, candidate, data, size, writer{"reports"});
+    if (s == status::ok && ::fsync(fd) != 0)
+      s = fail(status::invalid_argument, "cannot write %s: %s", candidate.c_str(), std::strerror(errno));
+    ::close(fd);
+    if (s != status::ok) {
+      ::unlink(candidate.c_str());
+      return s;
+    }
+    *where = candidate;
+    return status::ok;
+  }
+  return fail(status::invalid_argument, "cannot create a file in %s: every name tried was taken", dir.c_str());
+}
+
 }  // namespace
 
-status write_file_to(const char* path, const void* data, size_t size) {
+status write_file_to(const char* path, const void* data, size_t size, int stall_ms) {
+  if (path == nullptr) return fail(status::invalid_argument, "the path to write is NULL");
   if (data == nullptr && size != 0)
-    return fail(status::invalid_argument, "write_file: data is NULL and size is %zu", size);
-  return write_to(path, data, size, file_writer);
+    return fail(status::invalid_argument, "cannot write %s: data is NULL and size is %zu", path, size);
+  return write_to(path, data, size, writer{"files", stall_ms});
+}
+
+status check_report_path(const char* path) {
+  if (path == nullptr) return fail(status::invalid_argument, "the report path is NULL");
+  return check_writable(expand_report_path(path, this_process()), writer{"reports"});  // Note [Ranks]
+}
+
+status write_file_or_fallback(const char* path, const void* data, size_t size, std::string* written_to,
+                              std::string* why_not_path) {
+  if (write_file_to(path, data, size) == status::ok) {
+    *written_to = path;
+    why_not_path->clear();
+    return status::ok;
+  }
+  *why_not_path = last_error();
+  return write_to_temporary_folder(path, data, size, written_to);
 }
 
 status report_format_of(const char* format, const char* path, const char* function, report_format* out) {
@@ -398,7 +495,7 @@ status write_report_to(const report& r, const char* path, const char* format, si
   if (status s = report_format_of(format, path, "write_report", &f); s != status::ok) return s;
   const std::string content = render(r, f, top_sites);
   const std::string where = expand_report_path(path, this_process());  // Note [Ranks]
-  return write_to(where.c_str(), content.data(), content.size(), report_writer);
+  return write_to(where, content.data(), content.size(), writer{"reports"});
 }
 
 }  // namespace tracepool::core

@@ -313,14 +313,21 @@ def test_the_exit_report_is_a_page_when_its_path_says_html(page, tmp_path):
     assert texts(page, "tr.site-row td:nth-child(2)") == ["5.00 MiB"]
 
 
-def test_an_html_path_that_cannot_be_written_is_said_and_the_text_report_still_comes(tmp_path):
-    env = dict(os.environ, TRACEPOOL_CONF="backend:host")
-    done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", "--html",
-                           str(tmp_path / "no" / "such" / "dir" / "r.html"), html_support.DEMO],
-                          env=env, capture_output=True, text=True, cwd=tmp_path)
+def test_an_html_path_that_cannot_be_written_at_the_end_goes_to_the_temporary_folder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "demo.py"  # the demo, whose output folder goes away while it runs
+    script.write_text("import os, runpy\nos.rmdir(%r)\nrunpy.run_path(%r, run_name='__main__')\n" % (str(out), html_support.DEMO))
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, TRACEPOOL_CONF="backend:host", TMPDIR=str(tmp_path / "tmp"))
+    done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", "--html", str(out / "r.html"),
+                           str(script)], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 1
     assert "GROWING across marks" in done.stderr, "the text report is printed first"
-    assert "tracepool: report not written: write_file: cannot create" in done.stderr, done.stderr[-500:]
+    pages = list((tmp_path / "tmp").glob("tracepool-report-*.html"))
+    assert len(pages) == 1, done.stderr[-500:]
+    assert "cannot write %s" % (out / "r.html") in done.stderr and "went to %s instead" % pages[0] in done.stderr
+    assert pages[0].read_text().startswith("<!DOCTYPE html>")
 
 
 def test_what_is_not_a_report_gets_a_clear_error(tmp_path):

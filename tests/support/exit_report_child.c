@@ -7,8 +7,12 @@
  * TRACEPOOL_CHILD_EARLY=1 writes the exit report with tracepool_write_exit_report() before leaking
  * one more block from late_leak(): the report must not be written again at exit.
  * TRACEPOOL_CHILD_THREADS=N starts N threads that allocate and free without end; after a while one of
- * them calls exit(0) while the others go on, through the exit report and the static destructors. */
+ * them calls exit(0) while the others go on, through the exit report and the static destructors.
+ * TRACEPOOL_CHILD_WAIT=1 writes "waiting\n" to fd 1 once it has leaked, then waits for a signal: the
+ * SIGTERM tests end it. TRACEPOOL_CHILD_OWN_SIGTERM=1 first sets a SIGTERM handler of its own, which
+ * exits with status 3. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +60,13 @@ static void* churn(void* arg) {
   return NULL;
 }
 
+static void exit_3(int signo) {
+  (void)signo;
+  exit(3);
+}
+
 int main(void) {
+  if (getenv("TRACEPOOL_CHILD_OWN_SIGTERM") != NULL) signal(SIGTERM, exit_3);
   tracepool_t* tp = tracepool_default();
   if (tp == NULL) {
     fprintf(stderr, "child: %s\n", tracepool_last_error());
@@ -67,6 +77,10 @@ int main(void) {
   if (getenv("TRACEPOOL_CHILD_EARLY") != NULL) {
     if (tracepool_write_exit_report() != TRACEPOOL_OK) return 2;
     late_leak(tp);
+  }
+  if (getenv("TRACEPOOL_CHILD_WAIT") != NULL) {
+    if (write(1, "waiting\n", 8) != 8) return 2;
+    for (;;) pause();
   }
   const char* threads = getenv("TRACEPOOL_CHILD_THREADS");
   if (threads != NULL) {

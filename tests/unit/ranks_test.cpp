@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -64,6 +65,43 @@ TEST(Ranks, SeveralRanksGetAFileEachByDefault) {
   EXPECT_EQ(core::expand_report_path("stderr", p), "stderr");
   EXPECT_EQ(core::expand_report_path("/dev/stderr", p), "/dev/stderr");
   EXPECT_EQ(core::expand_report_path("/proc/self/fd/2", p), "/proc/self/fd/2");
+}
+
+// Only what is written in place gets no rank: descriptors, and existing character devices and FIFOs. A
+// file under /dev/shm is a file (four ranks once left one report there).
+TEST(Ranks, FilesUnderDevAreFilesAndGetTheRankToo) {
+  const core::process_summary p = rank_of(2, 4);
+  const std::string shm = "/dev/shm/tracepool_ranks_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(shm.c_str(), 0700), 0);
+  EXPECT_EQ(core::expand_report_path(shm + "/report.json", p), shm + "/report-rank2.json");
+  EXPECT_EQ(core::expand_report_path("/dev/not-there.json", p), "/dev/not-there-rank2.json");
+  EXPECT_EQ(core::expand_report_path("/dev/null", p), "/dev/null");
+  EXPECT_EQ(core::expand_report_path("/dev/fd/3", p), "/dev/fd/3");
+  EXPECT_EQ(core::expand_report_path("/dev/stdout", p), "/dev/stdout");
+  const std::string fifo = shm + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(core::expand_report_path(fifo, p), fifo);
+  ::unlink(fifo.c_str());
+  ::rmdir(shm.c_str());
+}
+
+// A placeholder's value is one plain file-name component, whatever the host is called: a host name of
+// ".." must not write the report into the parent folder.
+TEST(Ranks, PlaceholdersBecomePlainFileNameComponents) {
+  core::process_summary p = rank_of(-1, 0);
+  for (const char* host : {"..", ".", "", "../../etc", "a/../b", "tab\tx", "nl\nx"}) {
+    p.host = host;
+    const std::string out = core::expand_report_path("reports/{host}/r.json", p);
+    const std::string part = out.substr(8, out.size() - 8 - 7);  // between "reports/" and "/r.json"
+    EXPECT_EQ(out.rfind("reports/", 0), 0u) << out;
+    EXPECT_EQ(part.find('/'), std::string::npos) << out;
+    EXPECT_NE(part, "..") << out;
+    EXPECT_NE(part, ".") << out;
+    EXPECT_FALSE(part.empty()) << out;
+    for (char c : part) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') << out;
+  }
+  p.host = "node-7.cluster";
+  EXPECT_EQ(core::expand_report_path("{host}.json", p), "node-7.cluster.json");  // an ordinary name stays
 }
 
 TEST(Ranks, LaunchersAreReadFromTheEnvironment) {

@@ -234,7 +234,7 @@ TEST_F(ReportPath, ADirectoryASocketAndASymlinkAreRefusedAndLeftAlone) {
   };
   for (const auto& c : cases) {
     EXPECT_EQ(tracepool_write_report(tp, c.path.c_str(), "json"), TRACEPOOL_ERR_INVALID_ARGUMENT) << c.path;
-    EXPECT_NE(error().find("write_report: " + c.said), std::string::npos) << error();
+    EXPECT_EQ(error().rfind(c.said, 0), 0u) << error();  // the path first: no internal names
     EXPECT_EQ(error().find('\n'), std::string::npos) << "one line: " << error();
   }
   ::close(s);
@@ -288,7 +288,7 @@ TEST(WriteFile, WritesBytesWhereReportsMayGoAndRefusesTheRest) {
   ASSERT_EQ(::symlink(victim.c_str(), link.c_str()), 0);
   EXPECT_EQ(tracepool_write_file(link.c_str(), "x", 1), TRACEPOOL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tracepool_last_error())
-                .find("write_file: " + link + " is a symbolic link (to " + victim +
+                .rfind(link + " is a symbolic link (to " + victim +
                       "); tracepool writes files only to regular files"),
             std::string::npos)
       << tracepool_last_error();

@@ -151,7 +151,7 @@ TEST_F(ReportFile, ASymlinkAtThePathIsRefusedAndLeftAlone) {
   ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
   ASSERT_EQ(tracepool_write_report(tp, path.c_str(), nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(tracepool_last_error()),
-            "write_report: " + path + " is a symbolic link (to " + victim +
+            path + " is a symbolic link (to " + victim +
                 "); tracepool writes reports only to regular files, new paths, character devices, FIFOs, "
                 "/dev/stdout, /dev/stderr and /dev/fd/N: remove the link or give its target");
   struct stat st {};

@@ -31,6 +31,7 @@ __all__ = [
     "InvalidArgumentError",
     "OutOfMemoryError",
     "alloc",
+    "check_report_path",
     "configure",
     "empty_cache",
     "free",
@@ -204,11 +205,29 @@ def report_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> st
     ``{rank}`` (the launcher's rank, 0 when none), ``{pid}`` and ``{host}`` are replaced. Under a
     launcher of more than one rank (torchrun's ``RANK`` and ``WORLD_SIZE``, Open MPI, MPICH, Slurm), a
     path that names neither ``{rank}`` nor ``{pid}`` gets ``-rank<N>`` before its extension, so that
-    no rank's report replaces another's: ``report.json`` becomes ``report-rank1.json``. ``"stderr"``
-    and paths under ``/dev`` stay as they are. :func:`write_report`, ``TRACEPOOL_REPORT`` and ``python
-    -m tracepool run -o`` all write there.
+    no rank's report replaces another's: ``report.json`` becomes ``report-rank1.json``. What is
+    written in place stays as it is: ``"stderr"``, ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N`` and
+    existing character devices and FIFOs (a file under ``/dev/shm`` is a file). Each placeholder's value
+    is made a plain file-name component. :func:`write_report`, ``TRACEPOOL_REPORT`` and ``python -m
+    tracepool run -o`` all write there.
     """
     return os.fsdecode(_tracepool.report_path(os.fsencode(path)))
+
+
+def check_report_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
+    """Raises :class:`InvalidArgumentError` saying why a report could not be written at ``path`` now
+    (at this rank's path, :func:`report_path`): a missing or read-only folder, a directory, a symbolic
+    link, a name too long. Writes nothing. A FIFO without a reader yet is fine. ``python -m tracepool
+    run`` checks its ``-o``, ``--html`` and ``TRACEPOOL_REPORT`` paths so before the program starts.
+    """
+    _tracepool.check_report_path(os.fsencode(path))
+
+
+def _write_file_or_fallback(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], data: bytes) -> tuple[str, str]:
+    """:func:`write_file`, and where that fails, a new file in the temporary folder: (where it went, why
+    not at ``path``, or ``""``). Raises :class:`Error` where neither could be written."""
+    where, why = _tracepool.write_file_or_fallback(os.fsencode(path), bytes(data))
+    return os.fsdecode(where), why.decode("utf-8", "surrogateescape")
 
 
 def render_report(

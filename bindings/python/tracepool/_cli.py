@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import runpy
+import signal
 import sys
 import traceback
 
@@ -336,6 +337,15 @@ def _exit_status(exc):
     return 1
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the program as Ctrl-C raises KeyboardInterrupt, so that it unwinds (its finally
+    blocks run), its report is written, and `run` then ends by the signal as the program would have."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def _run_program(options, program_args):
     """Runs the program as __main__. Returns (exit status, what keeps its objects alive): the
     program's globals, or its exception (whose traceback holds its frames), so that what it still
@@ -353,6 +363,10 @@ def _run_program(options, program_args):
         return 0, run()
     except SystemExit as e:
         return _exit_status(e), e
+    except _Terminated as e:
+        print("tracepool: SIGTERM: the program stopped; its report follows, then `run` ends by the signal",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM, e
     except BaseException as e:  # the program's failure: reported as Python reports it
         sys.stderr.write(_program_traceback(e))
         return (130 if isinstance(e, KeyboardInterrupt) else 1), e
@@ -388,17 +402,54 @@ def _report_at_end(options, keep_alive=None):
 
 def _write_rendered(data, path, format, top):
     """Writes the report `data` rendered as `format` where and as the library writes its reports
-    (atomically, or straight into a device or a FIFO), at this rank's path (Note [Ranks])."""
+    (atomically, or straight into a device or a FIFO), at this rank's path (Note [Ranks]). Never lost
+    (Note [When a report cannot be written]): where the path fails, it goes to the temporary folder, and
+    where that fails too, as text to stderr. 1 when it did not go to `path`."""
     import tracepool
 
+    where = tracepool.report_path(path)
     try:
-        where = tracepool.report_path(path)
-        tracepool.write_file(where, tracepool._render(data, format, top).encode("utf-8", "surrogatepass"))
+        written, why = tracepool._write_file_or_fallback(
+            where, tracepool._render(data, format, top).encode("utf-8", "surrogatepass"))
     except tracepool.Error as e:
-        print("tracepool: report not written: %s" % e, file=sys.stderr)
+        print("tracepool: the report could be written neither to %s nor to the temporary folder (%s); here it is:"
+              % (where, e), file=sys.stderr)
+        sys.stderr.write(tracepool._render(data, "text", top))
         return 1
-    print("tracepool: report written to %s" % where, file=sys.stderr)
+    if why:
+        print("tracepool: %s; the report went to %s instead" % (why, written), file=sys.stderr)
+        return 1
+    print("tracepool: report written to %s" % written, file=sys.stderr)
     return 0
+
+
+def _check_outputs(options):
+    """Every path the report will go to, checked before the program starts, so that a path that cannot be
+    written is said now, not after hours of training. UsageError names the first that fails."""
+    import tracepool
+
+    for what, path in (("-o", options.output), ("--html", options.html),
+                       ("TRACEPOOL_REPORT", os.environ.get("TRACEPOOL_REPORT"))):
+        if path:
+            try:
+                tracepool.check_report_path(path)
+            except tracepool.Error as e:
+                raise UsageError("run: %s: %s" % (what, e)) from None
+
+
+def _end_by_sigterm():
+    """Ends `run` as SIGTERM would have ended the program, after its reports (the library's
+    TRACEPOOL_REPORT one too: dying by a signal runs no exit handler)."""
+    import tracepool
+
+    tracepool._tracepool.write_exit_report()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run(parser, argv):
@@ -410,6 +461,7 @@ def _run(parser, argv):
         options.script, program_args = program_args[0], program_args[1:]
     if options.module is None and not os.path.isfile(options.script):
         raise UsageError("run: no such file: %s" % options.script)
+    _check_outputs(options)
     _install(options)
     if options.module is not None:  # after _install: finding a submodule imports its packages
         try:
@@ -419,10 +471,18 @@ def _run(parser, argv):
         if found is None:
             raise UsageError("run: no module named %s" % options.module)
 
+    # SIGTERM (launchers, `kill`) stops the program as Ctrl-C does, where nobody set it to anything else.
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     status, keep_alive = _run_program(options, program_args)
+    terminated = [isinstance(keep_alive, _Terminated)]
+    if signal.getsignal(signal.SIGTERM) == _raise_terminated:  # one during the report is kept for after it
+        signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(True))
     if _report_at_end(options, keep_alive) != 0 and status == 0:
         status = 1
     del keep_alive
+    if any(terminated):
+        _end_by_sigterm()
     return status
 
 

@@ -320,20 +320,38 @@ TRACEPOOL_API int tracepool_configure_default(const char* conf);
  * straight; anything else refused). `data` may be NULL when size is 0. Needs no instance: hosts use it
  * for their own outputs (tracepool's Python command line and snapshots do). */
 TRACEPOOL_API int tracepool_write_file(const char* path, const void* data, size_t size);
+/* Whether a report could be written at `path` now (at its rank's path: tracepool_report_path), writing
+ * nothing: TRACEPOOL_OK, or TRACEPOOL_ERR_INVALID_ARGUMENT saying why (a missing or read-only folder, a
+ * directory, a symbolic link, a name too long, a descriptor not open for writing). A FIFO without a
+ * reader yet is fine. For hosts that check their output paths before a long run. */
+TRACEPOOL_API int tracepool_check_report_path(const char* path);
+/* tracepool_write_file, and where that fails, a new file in the temporary folder ($TMPDIR, else /tmp),
+ * tracepool-report-<pid>-<random> with `path`'s extension, readable by its owner alone: a report made
+ * at the end of a long run is never lost to a bad path. TRACEPOOL_OK when written somewhere: *written_to
+ * (release with tracepool_string_free) says where, and where it is not `path`, tracepool_last_error()
+ * says why `path` could not be written. Otherwise neither could be written (the error is the
+ * temporary folder's) and *written_to is NULL. */
+TRACEPOOL_API int tracepool_write_file_or_fallback(const char* path, const void* data, size_t size, char** written_to);
 /* Where a report written to `path` now goes. Report paths take {rank} (the launcher's rank, 0 when
  * none), {pid} and {host}; under a launcher of more than one rank (torchrun's RANK and WORLD_SIZE,
  * Open MPI, MPICH, Slurm), a path with neither {rank} nor {pid} gets "-rank<N>" before its extension,
- * so that no rank's report replaces another's ("report.json" -> "report-rank1.json"); "stderr",
- * /dev/... and /proc/self/fd/... stay as they are. tracepool_write_report, its variants and
- * TRACEPOOL_REPORT all apply this. Release *out with tracepool_string_free. */
+ * so that no rank's report replaces another's ("report.json" -> "report-rank1.json"); what is written in
+ * place stays as it is: "stderr", /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N and existing
+ * character devices and FIFOs (a file under /dev/shm is a file). Each placeholder's value is made one
+ * plain file-name component. tracepool_write_report, its variants and TRACEPOOL_REPORT all apply this.
+ * Release *out with tracepool_string_free. */
 TRACEPOOL_API int tracepool_report_path(const char* path, char** out);
 /* Writes the TRACEPOOL_REPORT report of tracepool_default() now (reason "exit") if TRACEPOOL_REPORT is
  * set and the default instance exists; otherwise does nothing and returns TRACEPOOL_OK. At most once
  * per process: later calls, and the atexit handler that writes it at a normal exit, then do nothing.
  * For hosts whose exit skips C's atexit handlers (CPython ends by raising SIGINT again after
- * Ctrl-C): call it from the host's own exit hook. A failure is also printed to stderr. A process
- * forked before the report was written writes its own at its exit; one forked after writes none.
- * Memory freed afterwards is freed normally and is simply not in the report. */
+ * Ctrl-C): call it from the host's own exit hook. Where TRACEPOOL_REPORT cannot be written, the report
+ * goes to the temporary folder (tracepool_write_file_or_fallback), else as text to stderr, and a line
+ * on stderr says so. Only the process that made the default instance writes it: a forked child writes
+ * none, unless the path places {pid} (then each process its own). SIGTERM, where the program leaves it
+ * to its default action, writes the report and then ends the process by the signal as before; a
+ * program's own SIGTERM handler is left alone. Memory freed afterwards is freed normally and is simply
+ * not in the report. */
 TRACEPOOL_API int tracepool_write_exit_report(void);
 
 /* ---- Errors --------------------------------------------------------------------------------- */
