@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "big_report.h"
@@ -41,36 +42,31 @@ void read_report(benchmark::State& state) {
   state.counters["entries"] = static_cast<double>(entries);
 }
 
-// Google Benchmark 1.7 says error_occurred, 1.8 says skipped.
-template <typename Run>
-auto run_failed(const Run& r, int) -> decltype(r.error_occurred, bool()) {
-  return r.error_occurred;
-}
-template <typename Run>
-auto run_failed(const Run& r, long) -> decltype(r.skipped, bool()) {
-  return static_cast<bool>(r.skipped);
-}
-
-// Keeps each size's seconds per read (the last repetition's), for the summary.
+// Keeps each size's seconds per read, wall-clock and CPU (the last repetition's), for the summary. A
+// size that failed set no counters.
 class summary_reporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
-      if (!run_failed(r, 0) && r.run_type == Run::RT_Iteration && r.counters.count("entries"))
-        seconds[static_cast<size_t>(r.counters.at("entries").value)] =
-            r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+      if (r.run_type == Run::RT_Iteration && r.counters.count("entries")) {
+        const double unit = benchmark::GetTimeUnitMultiplier(r.time_unit);
+        seconds[static_cast<size_t>(r.counters.at("entries").value)] = {r.GetAdjustedRealTime() / unit,
+                                                                        r.GetAdjustedCPUTime() / unit};
+      }
     ConsoleReporter::ReportRuns(runs);
   }
-  std::map<size_t, double> seconds;
+  std::map<size_t, std::pair<double, double>> seconds;  // entries -> (wall, cpu)
 };
 
 void print_summary(const summary_reporter& r) {
   std::printf("\nsummary (leaks = retained entries = marks):\n");
-  for (const auto& [entries, s] : r.seconds) std::printf("  %7zu entries: %8.3f s\n", entries, s);
+  for (const auto& [entries, s] : r.seconds)
+    std::printf("  %7zu entries: %8.3f s (cpu %.3f s)\n", entries, s.first, s.second);
   const auto small = r.seconds.find(sizes[0]), large = r.seconds.find(sizes[2]);
-  if (small != r.seconds.end() && large != r.seconds.end() && small->second > 0)
-    std::printf("  ratio %zu / %zu entries: %.1fx (linear: about %.0fx)\n", sizes[2], sizes[0],
-                large->second / small->second, static_cast<double>(sizes[2]) / static_cast<double>(sizes[0]));
+  if (small != r.seconds.end() && large != r.seconds.end() && small->second.first > 0 && small->second.second > 0)
+    std::printf("  ratio %zu / %zu entries: %.1fx (cpu %.1fx; linear: about %.0fx)\n", sizes[2], sizes[0],
+                large->second.first / small->second.first, large->second.second / small->second.second,
+                static_cast<double>(sizes[2]) / static_cast<double>(sizes[0]));
 }
 
 }  // namespace
