@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/printable.h"
 #include "report/report.h"
 
 namespace tracepool::core {
@@ -43,14 +44,15 @@ std::string html_escaped(std::string_view text) {
   return out;
 }
 
+// The window's title: the host and the reason come from the report, shown as the text report shows them.
 std::string title_of(const std::vector<const report*>& reports) {
   const report& first = *reports.front();
   std::string title = "tracepool report: ";
   if (reports.size() > 1)
     title += std::to_string(reports.size()) + " processes";
   else
-    title += "pid " + std::to_string(first.process.pid) + " on " + first.process.host;
-  return title + " (" + first.reason + ")";
+    title += "pid " + std::to_string(first.process.pid) + " on " + printable(first.process.host);
+  return title + " (" + printable(first.reason) + ")";
 }
 
 }  // namespace

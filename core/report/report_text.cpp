@@ -1,11 +1,17 @@
 // report_text.cpp: the text rendering of a report: the top sites by bytes, each with the few
 // frames that say where it is.
-#include <algorithm>
+//
+// Every string the report holds came from outside (symbol tables, the host, labels, a saved file a user
+// was sent): each is shown through printable() (Note [Printable text] in base/printable.h) and joined
+// to the text as a std::string, never through printf_string's "%s", which would stop at a NUL and at
+// its buffer's end.
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
+#include "base/printable.h"
 #include "report/report.h"
 
 namespace tracepool::core {
@@ -31,23 +37,33 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string function_name(const frame_info& f) {
-  std::string fn = f.function;
-  if (fn.empty()) fn = f.script ? "??" : printf_string("0x%" PRIxPTR, f.address);
-  if (fn.size() > 100) fn = fn.substr(0, 97) + "...";
-  return fn;
+// A long name cut to `most` bytes with "..." (`most` > 6), not inside a UTF-8 sequence (at most three
+// continuation bytes follow its first).
+std::string cut(const std::string& name, size_t most) {
+  if (name.size() <= most) return name;
+  size_t end = most - 3;
+  for (int back = 0; back < 3 && (static_cast<unsigned char>(name[end]) & 0xc0) == 0x80; ++back) --end;
+  return name.substr(0, end) + "...";
 }
+
+std::string function_name(const frame_info& f) {
+  if (f.function.empty()) return f.script ? "??" : printf_string("0x%" PRIxPTR, f.address);
+  return printable(cut(f.function, 100));
+}
+
+std::string file_and_line(const std::string& file, int line) { return printable(file) + ":" + std::to_string(line); }
 
 // Said after a site's first borrowed frame: its script frames are those of the thread for which
 // another thread did the work (autograd's engine thread runs backward for the thread that called it).
 constexpr const char* borrowed_note = ", on the thread that started this work";
 
 std::string frame_line(const frame_info& f, bool note_borrowed = true) {
-  const std::string fn = function_name(f);
-  const char* note = f.borrowed && note_borrowed ? borrowed_note : "";
-  if (!f.file.empty() && f.line > 0) return printf_string("at %s (%s:%d)%s", fn.c_str(), f.file.c_str(), f.line, note);
-  if (!f.module.empty()) return printf_string("at %s (in %s)%s", fn.c_str(), base_name(f.module).c_str(), note);
-  return "at " + fn + note;
+  std::string line = "at " + function_name(f);
+  if (!f.file.empty() && f.line > 0)
+    line += " (" + file_and_line(f.file, f.line) + ")";
+  else if (!f.module.empty())
+    line += " (in " + printable(base_name(f.module)) + ")";
+  return line + (f.borrowed && note_borrowed ? borrowed_note : "");
 }
 
 // Python code the user did not write: installed packages, the standard library, frozen modules.
@@ -98,7 +114,7 @@ std::string pytorch_op(const std::vector<frame_info>& fs) {
     }
   }
   if (op.empty()) return "";
-  return "aten::" + op + (node.empty() ? "" : " in " + node);
+  return printable("aten::" + op + (node.empty() ? "" : " in " + node));
 }
 
 // "in ..." naming what the user's line called: the PyTorch operator if there is one (then, when
@@ -109,15 +125,16 @@ std::string entry_line(const std::vector<frame_info>& fs, const python_view& v) 
   std::string op = pytorch_op(fs);
   if (v.first_user > 0) {
     const frame_info& f = *v.frames[0];
-    const std::string caller = function_name(f) + printf_string(" (%s:%d)", base_name(f.file).c_str(), f.line);
+    const std::string caller = function_name(f) + " (" + file_and_line(base_name(f.file), f.line) + ")";
     return op.empty() ? "in " + caller : "in " + op + ", from " + caller;
   }
   if (!op.empty()) return "in " + op;
   for (const frame_info& n : fs) {
     if (n.script) break;
     if (n.interpreter) continue;
-    if (n.function.empty()) return "in " + (n.module.empty() ? function_name(n) : base_name(n.module));
-    return "in " + function_name(n) + (n.module.empty() ? "" : " (" + base_name(n.module) + ")");
+    const std::string module = printable(base_name(n.module));
+    if (n.function.empty()) return "in " + (n.module.empty() ? function_name(n) : module);
+    return "in " + function_name(n) + (n.module.empty() ? "" : " (" + module + ")");
   }
   return "";
 }
@@ -161,7 +178,7 @@ const frame_info& where(const std::vector<frame_info>& fs) {
 std::string tag_list(const std::vector<std::string>& tags) {
   if (tags.empty()) return "";
   std::string s = " [";
-  for (size_t i = 0; i < tags.size(); ++i) s += (i ? " > " : "") + tags[i];
+  for (size_t i = 0; i < tags.size(); ++i) s += (i ? " > " : "") + printable(tags[i]);
   return s + "]";
 }
 
@@ -184,15 +201,15 @@ void first_of(std::string& out, const std::vector<T>& all, size_t top, const cha
 
 // "held by CUDA graph created at capture (train.py:88)"; the device is named when there are several.
 std::string pool_name(const report& r, const pool_summary& p) {
-  std::string name = "held by " + (p.label.empty() ? std::string(unlabelled_pool) : p.label);
+  std::string name = "held by " + (p.label.empty() ? std::string(unlabelled_pool) : printable(p.label));
   if (r.devices.size() > 1) name += printf_string(" on device %d", p.device);
   return name + (p.frames.empty() ? " (no call site recorded)" : " created " + frame_line(where(p.frames)));
 }
 
-int64_t pool_bytes_on(const report& r, int device) {
-  int64_t bytes = 0;
-  for (const pool_summary& p : r.pools)
-    if (p.device == device) bytes += p.reserved_bytes;
+// Each device's bytes reserved by private pools, in one pass over the pools.
+std::map<int, int64_t> pool_bytes_by_device(const report& r) {
+  std::map<int, int64_t> bytes;
+  for (const pool_summary& p : r.pools) bytes[p.device] += p.reserved_bytes;
   return bytes;
 }
 
@@ -226,7 +243,8 @@ std::string fragmentation_line(const device_summary& d) {
   if (d.free_page_bytes >= 0)
     line += "; " + human_bytes(d.free_page_bytes) + " of the cache in whole " + page_words() + " pages";
   if (!d.segments.empty())
-    line += "; segments: " + d.segments + (d.growable_available ? "" : " (growable not available on this device)");
+    line += "; segments: " + printable(d.segments) +
+            (d.growable_available ? "" : " (growable not available on this device)");
   return line + "\n";
 }
 
@@ -266,7 +284,7 @@ std::string human_bytes(int64_t bytes) {
 std::string by_process(const report& r, const device_summary& d) {
   const char* source = r.backend == "host" ? "the host backend's" : "NVML's";
   if (!d.processes_listed)
-    return d.processes_note.empty() ? "" : "  by process: not listed (" + d.processes_note + ")\n";
+    return d.processes_note.empty() ? "" : "  by process: not listed (" + printable(d.processes_note) + ")\n";
   const process_split split = split_by_process(d, r.process.pid);
   const int64_t reserved = d.stats.table.at(stat_kind::reserved_bytes, all_pools).current;
   std::string line = printf_string("  by process (%s list): ", source);
@@ -307,9 +325,8 @@ std::string by_process(const report& r, const device_summary& d) {
 // What keeps a site's blocks alive, where the host named it (holder_summary).
 void holders(std::string& out, const report& r, const site_summary& s) {
   for (const holder_summary& h : s.held_by) {
-    out += printf_string("       held by %s: %s in %s", h.holder.c_str(), human_bytes(h.bytes).c_str(),
-                         blocks_word(h.blocks).c_str());
-    out += h.example.empty() ? "\n" : ", e.g. " + h.example + "\n";
+    out += "       held by " + printable(h.holder) + ": " + human_bytes(h.bytes) + " in " + blocks_word(h.blocks);
+    out += h.example.empty() ? "\n" : ", e.g. " + printable(h.example) + "\n";
   }
   if (r.holders.made && s.held_by.empty() && s.growing)
     out += "       held by: no Python object found that exposes these blocks\n";
@@ -318,40 +335,44 @@ void holders(std::string& out, const report& r, const site_summary& s) {
 // How growing sites were told apart (Note [Growth without marks]), and how the holder search went.
 void growth(std::string& out, const report& r) {
   if (r.growth_basis == growth_basis_auto) {
-    std::vector<std::pair<std::string, size_t>> kinds;  // label -> marks kept, in order of first sight
+    std::vector<std::pair<std::string_view, size_t>> kinds;  // label -> marks kept, in order of first sight
+    std::map<std::string_view, size_t> kind_of;               // label -> its place in kinds
     for (const mark_summary& m : r.auto_marks) {
-      auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == m.label; });
-      if (it == kinds.end()) kinds.emplace_back(m.label, 1);
-      else ++it->second;
+      const auto [it, first] = kind_of.emplace(m.label, kinds.size());
+      if (first) kinds.emplace_back(m.label, 0);
+      ++kinds[it->second].second;
     }
     std::string list;
-    for (const auto& [label, n] : kinds) list += printf_string("%s%s x%zu", list.empty() ? "" : ", ", label.c_str(), n);
-    out += printf_string(
-        "Growth told without marks: from %llu automatic marks (kept %zu: %s), now at least %llu ms apart, taken in "
-        "%.2f ms in all. GROWING: the lowest live bytes in each sixteenth of the run never fell, rose twice, and "
-        "rose in the second half.\n",
-        static_cast<unsigned long long>(r.auto_marks_made), r.auto_marks.size(), list.c_str(),
-        static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3);
+    for (const auto& [label, n] : kinds)
+      list += (list.empty() ? "" : ", ") + printable(label) + " x" + std::to_string(n);
+    out += printf_string("Growth told without marks: from %llu automatic marks (kept %zu: ",
+                         static_cast<unsigned long long>(r.auto_marks_made), r.auto_marks.size()) +
+           list +
+           printf_string(
+               "), now at least %llu ms apart, taken in %.2f ms in all. GROWING: the lowest live bytes in each "
+               "sixteenth of the run never fell, rose twice, and rose in the second half.\n",
+               static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3);
   } else if (r.growth_basis == growth_basis_none && r.auto_mark_ms != 0) {
     out += printf_string("Growth: %zu automatic marks so far, too few to tell growing sites (%zu needed); no marks made.\n",
                          r.auto_marks.size(), min_growth_marks);
   }
   if (!r.holders.made) return;
-  out += printf_string("Holders: %" PRId64 " Python objects searched in %.2f s, %" PRId64 " expose blocks%s%s\n",
+  out += printf_string("Holders: %" PRId64 " Python objects searched in %.2f s, %" PRId64 " expose blocks%s",
                        r.holders.objects, r.holders.seconds, r.holders.exposing,
-                       r.holders.complete ? "" : "; cut short", r.holders.note.empty() ? "" : (": " + r.holders.note).c_str());
+                       r.holders.complete ? "" : "; cut short");
+  out += (r.holders.note.empty() ? "" : ": " + printable(r.holders.note)) + "\n";
 }
 
 std::string to_text(const report& r, size_t top) {
   std::string out;
   const bool estimated = r.sample_bytes != 0;
-  out += printf_string("== tracepool report (%s): %s backend", r.reason.c_str(), r.backend.c_str());
+  out += "== tracepool report (" + printable(r.reason) + "): " + printable(r.backend) + " backend";
   if (r.capture == "off")
     out += ", call-site capture off\n";
   else if (r.capture == "python")
     out += printf_string(", Python stacks of up to %d frames", r.python_depth);
   else
-    out += printf_string(", %s stacks of up to %d frames", r.unwinder.c_str(), r.capture_depth);
+    out += ", " + printable(r.unwinder) + printf_string(" stacks of up to %d frames", r.capture_depth);
   if (r.capture != "off")
     out += estimated ? printf_string(", sampled every %s on average: site figures are estimates\n",
                                      human_bytes(static_cast<int64_t>(r.sample_bytes)).c_str())
@@ -360,9 +381,10 @@ std::string to_text(const report& r, size_t top) {
     out += printf_string("rank %" PRId64, r.process.rank);
     if (r.process.world_size > 0) out += printf_string(" of %" PRId64, r.process.world_size);
     if (r.process.local_rank >= 0) out += printf_string(" (local rank %" PRId64 ")", r.process.local_rank);
-    out += printf_string(", pid %" PRId64 " on %s\n", r.process.pid, r.process.host.c_str());
+    out += printf_string(", pid %" PRId64 " on ", r.process.pid) + printable(r.process.host) + "\n";
   }
-  if (r.reason == "oom") out += "Out of memory: " + r.oom_message + "\n";
+  if (r.reason == "oom") out += "Out of memory: " + printable(r.oom_message) + "\n";
+  const std::map<int, int64_t> pool_bytes = pool_bytes_by_device(r);
   for (const device_summary& d : r.devices) {
     const auto& t = d.stats.table;
     if (!d.context) {  // Note [No context as a side effect] in backend.h: nothing of this process is there
@@ -381,7 +403,8 @@ std::string to_text(const report& r, size_t top) {
         human_bytes(t.at(stat_kind::allocated_bytes, all_pools).peak).c_str(),
         human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(d.cached_bytes).c_str(),
         human_bytes(d.largest_free_block).c_str());
-    const int64_t in_pools = pool_bytes_on(r, d.device);
+    const auto pooled = pool_bytes.find(d.device);
+    const int64_t in_pools = pooled == pool_bytes.end() ? 0 : pooled->second;
     out += in_pools == 0 ? "\n" : "; " + human_bytes(in_pools) + " reserved by private pools\n";
     out += fragmentation_line(d);
     if (d.total_bytes > 0)  // Note [Where the memory went]
@@ -399,8 +422,8 @@ std::string to_text(const report& r, size_t top) {
   if (r.leaks.empty()) out += "  none\n";
   const auto requested = [](const site_summary& s) { return s.bytes; };
   first_of(out, r.leaks, top, "sites", requested, [&](size_t i, const site_summary& s) {
-    out += printf_string("  #%zu %s in %s%s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str(),
-                         tag_list(s.tags).c_str());
+    out += printf_string("  #%zu %s in %s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str()) +
+           tag_list(s.tags);
     if (s.growing && r.growth_basis == growth_basis_auto && s.growth_floors.size() == growth_windows) {
       const auto& f = s.growth_floors;  // Note [Growth by window floors]
       out += printf_string("  GROWING without marks: lowest live %s in the run's first sixteenth, %s at mid-run, %s in "
@@ -427,11 +450,12 @@ std::string to_text(const report& r, size_t top) {
     for (size_t i = 0; i < r.retained.size() && i < top; ++i) {
       const retained_summary& t = r.retained[i];
       const site_summary& s = r.leaks[t.leak];
-      const std::string born = t.born_after < 0 ? "before the first mark"
-                                                : "after mark '" + r.marks[static_cast<size_t>(t.born_after)].label + "'";
-      out += printf_string("  %s in %s born %s, alive through %llu mark(s)%s\n", human_bytes(t.bytes).c_str(),
-                           blocks_word(t.blocks).c_str(), born.c_str(),
-                           static_cast<unsigned long long>(t.marks_survived), tag_list(s.tags).c_str());
+      const std::string born =
+          t.born_after < 0 ? "before the first mark"
+                           : "after mark '" + printable(r.marks[static_cast<size_t>(t.born_after)].label) + "'";
+      out += "  " + human_bytes(t.bytes) + " in " + blocks_word(t.blocks) + " born " + born +
+             printf_string(", alive through %llu mark(s)", static_cast<unsigned long long>(t.marks_survived)) +
+             tag_list(s.tags) + "\n";
       if (!s.frames.empty()) out += "       " + frame_line(where(s.frames)) + "\n";
     }
     out += r.marks_made > r.marks.size()
@@ -444,7 +468,9 @@ std::string to_text(const report& r, size_t top) {
         i = r.marks.size() - (marks_shown - marks_shown / 4);
       }
       const mark_summary& m = r.marks[i];
-      out += printf_string("  %-24s %s live\n", m.label.c_str(), human_bytes(m.live_bytes).c_str());
+      const std::string label = printable(m.label);
+      out += "  " + label + std::string(label.size() < 24 ? 24 - label.size() : 0, ' ') + " " +
+             human_bytes(m.live_bytes) + " live\n";
     }
   }
 
@@ -454,10 +480,10 @@ std::string to_text(const report& r, size_t top) {
   if (r.cached.empty()) out += "  none\n";
   for (size_t i = 0; i < r.cached.size() && i < top; ++i) {
     const cached_summary& c = r.cached[i];
-    out += printf_string("  #%zu %s in %s free, largest %s, %s of it inside partly used segments%s\n", i + 1,
+    out += printf_string("  #%zu %s in %s free, largest %s, %s of it inside partly used segments", i + 1,
                          human_bytes(c.bytes).c_str(), blocks_word(c.blocks).c_str(),
-                         human_bytes(c.largest_free_block).c_str(), human_bytes(c.inactive_split_bytes).c_str(),
-                         tag_list(c.tags).c_str());
+                         human_bytes(c.largest_free_block).c_str(), human_bytes(c.inactive_split_bytes).c_str()) +
+           tag_list(c.tags) + "\n";
     frames(out, c.frames);
   }
   return out;
