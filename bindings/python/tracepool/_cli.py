@@ -15,6 +15,8 @@ import runpy
 import sys
 import traceback
 
+from tracepool._escaping import escape
+
 SCHEMA = "tracepool.report/1"
 USAGE_ERROR = 2
 
@@ -459,9 +461,9 @@ def _emit(text, output, what):
     try:
         tracepool.write_file(output, text.encode("utf-8", "surrogateescape"))
     except tracepool.Error as e:
-        print("tracepool: %s not written: %s" % (what, e), file=sys.stderr)
+        print("tracepool: %s not written: %s" % (what, escape(str(e))), file=sys.stderr)
         return 1
-    print("tracepool: %s written to %s" % (what, output), file=sys.stderr)
+    print("tracepool: %s written to %s" % (what, escape(output)), file=sys.stderr)
     return 0
 
 
@@ -508,8 +510,8 @@ def main(argv=None):
         parser.parse_args(argv)  # --help, --version, or an error naming the unknown command
         parser.print_help(sys.stderr)
         return USAGE_ERROR
-    except UsageError as e:
-        print("tracepool: %s" % e, file=sys.stderr)
+    except UsageError as e:  # a file name or a report's text it quotes cannot fake lines or drive the terminal
+        print("tracepool: %s" % escape(str(e)), file=sys.stderr)
         return USAGE_ERROR
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else USAGE_ERROR

@@ -12,6 +12,8 @@ import os
 import statistics
 import sysconfig
 
+from ._escaping import escape
+
 MERGE_SCHEMA = "tracepool.merge/1"
 DIFF_SCHEMA = "tracepool.diff/1"
 MANY_REPORTS = 8  # more than this: min, median and max columns instead of one per report
@@ -19,6 +21,13 @@ MANY_REPORTS = 8  # more than this: min, median and max columns instead of one p
 
 class ReportError(Exception):
     """A file that cannot be read or is not a report: one line, exit status 2."""
+
+
+def shown(value):
+    """A string from a report, or a file name, as a text or a message shows it (tracepool/_escaping.py)."""
+    if isinstance(value, (bytes, os.PathLike)):
+        value = os.fsdecode(value)
+    return escape(value if isinstance(value, str) else str(value))
 
 
 def render_file(path, format="text", top=None):
@@ -31,9 +40,9 @@ def render_file(path, format="text", top=None):
         with open(path, "rb") as f:
             saved = f.read()
     except OSError as e:
-        raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
+        raise ReportError("cannot read %s: %s" % (shown(path), e.strerror or e)) from None
     try:
-        return tracepool.render_report(saved, format, top, name=path)
+        return tracepool.render_report(saved, format, top, name=shown(path))
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
 
@@ -48,10 +57,9 @@ def merge_html(paths):
             with open(path, "rb") as f:
                 saved.append(f.read())
         except OSError as e:
-            raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
+            raise ReportError("cannot read %s: %s" % (shown(path), e.strerror or e)) from None
     try:
-        # A file name that is not UTF-8 is named with its bytes escaped (the library's messages are UTF-8).
-        names = [os.fsdecode(p).encode("utf-8", "backslashreplace").decode("utf-8") for p in paths]
+        names = [shown(p) for p in paths]
         return tracepool._tracepool.render_html(saved, names)
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
@@ -204,15 +212,15 @@ def _columns(values, labels):
 
 def merge_text(merged, top):
     reports = merged["reports"]
-    labels = [r["label"] for r in reports]
+    labels = [shown(r["label"]) for r in reports]
     worlds = {r["world_size"] for r in reports if r["world_size"]}
     out = ["== tracepool merge: %d reports%s" % (len(reports), " of a world of %d" % worlds.pop() if len(worlds) == 1
                                                   else "")]
-    for r in reports:
-        who = "pid %s on %s" % (r["pid"], r["host"]) if r["pid"] else "process not recorded"
+    for label, r in zip(labels, reports):
+        who = "pid %s on %s" % (r["pid"], shown(r["host"])) if r["pid"] else "process not recorded"
         out.append("  %-10s %s, %s: %s live, %s reserved, %s cached  (%s)" % (
-            r["label"], who, r["reason"], human(r["live_bytes"]), human(r["reserved_bytes"]), human(r["cached_bytes"]),
-            r["file"]))
+            label, who, shown(r["reason"]), human(r["live_bytes"]), human(r["reserved_bytes"]),
+            human(r["cached_bytes"]), shown(r["file"])))
     held = [r["live_bytes"] for r in reports]
     if len(reports) > 1 and max(held) > min(held):
         hi = max(range(len(held)), key=lambda i: held[i])
@@ -221,27 +229,27 @@ def merge_text(merged, top):
             labels[hi], human(held[hi] - held[lo]), labels[lo], human(held[hi]), human(held[lo])))
         gaps = sorted(merged["sites"], key=lambda s: -(s["live_bytes"][hi] - s["live_bytes"][lo]))
         for s in [s for s in gaps if s["live_bytes"][hi] > s["live_bytes"][lo]][:3]:
-            out.append("  %s at %s" % (signed(s["live_bytes"][hi] - s["live_bytes"][lo]), s["where"]))
+            out.append("  %s at %s" % (signed(s["live_bytes"][hi] - s["live_bytes"][lo]), shown(s["where"])))
     for title, field, total in (("Live memory by call site, across reports, largest total first", "live_bytes",
                                  "total_live_bytes"),
                                 ("Cached memory by the call site that last used it", "cached_bytes",
                                  "total_cached_bytes")):
-        shown = [s for s in merged["sites"] if s[total] > 0]
-        shown.sort(key=lambda s: -s[total])
+        listed = [s for s in merged["sites"] if s[total] > 0]
+        listed.sort(key=lambda s: -s[total])
         out.append("\n%s:" % title)
-        if not shown:
+        if not listed:
             out.append("  none")
-        for s in shown[:top]:
+        for s in listed[:top]:
             columns = "  ".join("%s %s" % c for c in _columns(s[field], labels))
-            line = "  %10s  %s\n      %s" % (human(s[total]), s["where"], columns)
+            line = "  %10s  %s\n      %s" % (human(s[total]), shown(s["where"]), columns)
             if field == "live_bytes" and s["imbalance"] is not None and len(reports) > 1:
-                line += "  (most: %s, %.2fx the mean)" % (s["most_live"], s["imbalance"])
+                line += "  (most: %s, %.2fx the mean)" % (shown(s["most_live"]), s["imbalance"])
             grown = [labels[i] for i, g in enumerate(s["growing"]) if g]
             if field == "live_bytes" and grown:
                 line += "\n      GROWING on %s" % ", ".join(grown)
             out.append(line)
-        if len(shown) > top:
-            out.append("  ... %d more sites (--top)" % (len(shown) - top))
+        if len(listed) > top:
+            out.append("  ... %d more sites (--top)" % (len(listed) - top))
     return "\n".join(out) + "\n"
 
 
@@ -273,7 +281,7 @@ def diff(before_path, after_path):
 
 
 def diff_text(d, top):
-    out = ["== tracepool diff: %s -> %s" % (d["before"], d["after"])]
+    out = ["== tracepool diff: %s -> %s" % (shown(d["before"]), shown(d["after"]))]
     for name, label in (("allocated_bytes", "allocated"), ("reserved_bytes", "reserved"), ("cached_bytes", "cached")):
         t = d["totals"][name]
         out.append("  %-9s %s -> %s (%s)" % (label, human(t["before"]), human(t["after"]), signed(t["change"])))
@@ -284,7 +292,7 @@ def diff_text(d, top):
     for s in changed[:top]:
         mark = {"new": " (new)", "gone": " (gone)"}.get(s["status"], "")
         out.append("  live %s, cached %s  %s%s\n      live %s -> %s, cached %s -> %s" % (
-            signed(s["live_change"]), signed(s["cached_change"]), s["where"], mark, human(s["live_before"]),
+            signed(s["live_change"]), signed(s["cached_change"]), shown(s["where"]), mark, human(s["live_before"]),
             human(s["live_after"]), human(s["cached_before"]), human(s["cached_after"])))
     if len(changed) > top:
         out.append("  ... %d more sites (--top)" % (len(changed) - top))
