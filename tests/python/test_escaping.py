@@ -93,3 +93,14 @@ def test_error_lines_show_file_names_escaped(tmp_path):
         line = done.stderr.decode("utf-8")
         assert line.count("\n") == 1 and line.endswith("\n"), line
         assert_escaped(line, "no%s." % NAME_SHOWN)
+
+
+def test_a_file_name_that_is_not_utf8_is_read_and_named_by_its_bytes(tmp_path):
+    saved = os.fsdecode(hostile_report(tmp_path, "plain", "tag"))
+    undecodable = os.fsdecode(b"r\xff.json")
+    os.rename(tmp_path / saved, tmp_path / undecodable)
+    done = cli("report", undecodable, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / undecodable).write_text("not json")
+    done = cli("report", undecodable, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.decode().startswith("tracepool: report: r\\xff.json"), done.stderr
