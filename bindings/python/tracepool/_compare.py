@@ -17,6 +17,7 @@ from ._escaping import escape
 MERGE_SCHEMA = "tracepool.merge/1"
 DIFF_SCHEMA = "tracepool.diff/1"
 MANY_REPORTS = 8  # more than this: min, median and max columns instead of one per report
+_READ_CHUNK = 16 << 20  # what an input that does not say its size (a device, a FIFO) is read by
 
 
 class ReportError(Exception):
@@ -30,44 +31,61 @@ def shown(value):
     return escape(value if isinstance(value, str) else str(value))
 
 
-def render_file(path, format="text", top=None):
-    """The report saved at `path`, rendered by the library (`report`, `merge` and `diff` read files
-    through it); ReportError if it cannot be read or is not one (the library's message names the file
-    and the first problem)."""
-    import tracepool
-
+def read_saved(path, max_bytes):
+    """The bytes of the file at `path`; ReportError if it cannot be read or holds more than `max_bytes`
+    (0: no cap). A file that says its size is refused before it is read; anything else is read until one
+    byte past the cap, so that an endless input (/dev/zero) is never read whole."""
+    cap, chunks, size = max_bytes or float("inf"), [], 0
     try:
-        with open(path, "rb") as f:
-            saved = f.read()
+        with open(path, "rb", buffering=0) as f:
+            known = os.fstat(f.fileno()).st_size  # 0 for a device, a FIFO or a file under /proc
+            while max(known, size) <= cap:
+                want = max(known - size + 1, _READ_CHUNK)  # a regular file in one read, its end in the next
+                chunk = f.read(min(want, cap + 1 - size))
+                if not chunk:
+                    return b"".join(chunks)  # one chunk: that very object, not a copy
+                chunks.append(chunk)
+                size += len(chunk)
     except OSError as e:
         raise ReportError("cannot read %s: %s" % (shown(path), e.strerror or e)) from None
+    except MemoryError:
+        raise ReportError("cannot read %s: not enough memory for it" % shown(path)) from None
+    raise ReportError("%s is larger than the %s cap on a saved report (--max-input-size BYTES sets it, 0 lifts it)"
+                      % (shown(path), human(max_bytes)))
+
+
+def render_file(path, format, top, max_bytes):
+    """The report saved at `path`, rendered by the library (`report`, `merge` and `diff` read files
+    through it); ReportError if it cannot be read, is larger than `max_bytes` or is not a report (the
+    library's message names the file and the first problem)."""
+    import tracepool
+
+    saved = read_saved(path, max_bytes)
     try:
         return tracepool.render_report(saved, format, top, name=shown(path))
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
+    except MemoryError:  # the library's OutOfMemoryError too
+        raise ReportError("cannot render %s: not enough memory for it" % shown(path)) from None
 
 
-def merge_html(paths):
+def merge_html(paths, max_bytes):
     """One HTML page of the reports at `paths` (the library's renderer): a view of each and of them all."""
     import tracepool
 
-    saved = []
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                saved.append(f.read())
-        except OSError as e:
-            raise ReportError("cannot read %s: %s" % (shown(path), e.strerror or e)) from None
+    saved = [read_saved(path, max_bytes) for path in paths]
     try:
         names = [shown(p) for p in paths]
         return tracepool._tracepool.render_html(saved, names)
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
+    except MemoryError:
+        raise ReportError("cannot render %d reports: not enough memory for them" % len(paths)) from None
 
 
-def load(path):
+def load(path, max_bytes):
     """The report saved at `path`, as the library reads it (normalised JSON, as a dict)."""
-    return json.loads(render_file(path, "json"))
+    return json.loads(render_file(path, "json", None, max_bytes))
 
 
 def _library_dirs():
@@ -158,13 +176,14 @@ def _labels(paths, reports):
 # ---- merge -------------------------------------------------------------------------------------
 
 
-def merge(paths):
-    """The merged view of the reports at `paths` (a dict of schema tracepool.merge/1)."""
+def merge(paths, max_bytes):
+    """The merged view of the reports at `paths` (a dict of schema tracepool.merge/1); `max_bytes` as
+    read_saved's."""
     def by_rank(loaded):  # ranks in order, then reports without one, by file
         rank = loaded[1].get("process", {}).get("rank")
         return rank is None, rank or 0, loaded[0]
 
-    paths, reports = zip(*sorted(((p, load(p)) for p in paths), key=by_rank))
+    paths, reports = zip(*sorted(((p, load(p, max_bytes)) for p in paths), key=by_rank))
     labels = _labels(paths, reports)
     live = [_sites(r, "leaks") for r in reports]
     cached = [_sites(r, "cached") for r in reports]
@@ -256,9 +275,10 @@ def merge_text(merged, top):
 # ---- diff --------------------------------------------------------------------------------------
 
 
-def diff(before_path, after_path):
-    """Per-site change in live and cached bytes from one report to another (schema tracepool.diff/1)."""
-    before, after = load(before_path), load(after_path)
+def diff(before_path, after_path, max_bytes):
+    """Per-site change in live and cached bytes from one report to another (schema tracepool.diff/1);
+    `max_bytes` as read_saved's."""
+    before, after = load(before_path, max_bytes), load(after_path, max_bytes)
     rows = {}
     for side, report in ((0, before), (1, after)):
         for section, field in (("leaks", "live"), ("cached", "cached")):
