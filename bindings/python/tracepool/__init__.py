@@ -144,8 +144,9 @@ def report(format: str = "json", reason: str | None = None, top: int | None = No
 def _report_with_holders(
     reason: str | None, program_globals: dict[str, Any] | None = None, program_name: str | None = None
 ) -> dict[str, Any]:
-    """The JSON report as a dict, each leak with "held_by" (Note [Who holds it] in _holders.py). Runs
-    with the GIL held and no allocator lock: the report is made, then its blocks are looked for."""
+    """The JSON report as a dict, each leak with "held_by" (Note [Who holds it] in _holders.py). Holds no
+    allocator lock: the report is made, then its blocks are looked for, on a thread of the search's own
+    that this one waits for within the budget (Note [Bounded search])."""
     find_holders = _holder_search()
     data: dict[str, Any] = json.loads(_tracepool.report("json", reason, 0, True))
     blocks = [(address, size, index) for index, site in enumerate(data["leaks"])

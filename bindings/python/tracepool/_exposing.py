@@ -47,8 +47,8 @@ grad_fn = operator.attrgetter("grad_fn")
 def address(expose, obj):
     try:
         return expose(obj)
-    except Exception:  # a broken object (or a meta, sparse or fake tensor) is skipped
-        return None
+    except BaseException:  # a broken object (a meta, sparse or fake tensor), or one whose code raises SystemExit,
+        return None  # KeyboardInterrupt or its own BaseException, is skipped: the search goes on
 
 
 def exposers(types_seen, tensor_type):
@@ -62,6 +62,6 @@ def exposers(types_seen, tensor_type):
                 found[tp] = interface_address
             elif hasattr(tp, "__dlpack__"):
                 found[tp] = dlpack_address
-        except Exception:
+        except BaseException:  # a metaclass's own code raised: the type is skipped
             pass
     return found

@@ -20,6 +20,13 @@ layer, which is then followed (seen on the H200: dropped, the hook's outputs had
 Note [Own objects]: each container of found objects that the search makes is kept in `owned` to the end
 and its id put in `own`, so that the search never names itself; `nodes` keeps every found object alive,
 so that no id is reused by another object while the search runs.
+
+Note [Bounded search]: the program's code that the search runs (__cuda_array_interface__, __dlpack__,
+attributes) may block (a lock the reporting thread holds, a hung device) or raise anything, SystemExit too:
+that object is skipped, or the search ends with a note, never the report. It runs on a daemon thread
+(_bounded.py; its frames are not roots) while the reporting thread waits, holding neither the GIL nor an
+allocator lock, ABANDON_AFTER_S past the budget at most; the report then takes what the search published
+last, a fresh dict put in `outcome` in one step, and the search stops at its next deadline check.
 """
 
 from __future__ import annotations
@@ -29,15 +36,18 @@ import collections
 import gc
 import os
 import sys
+import threading
 import time
 import types
 
 from . import _exposing as exposing
+from ._bounded import describe, run_bounded
 
 MAX_LEVELS = 24  # a holder further than this from every root is not named (the note says so)
 WIDE_LEVEL = 300  # above this many targets a Python pass over the heap beats gc.get_referrers
 GRAPH_DEPTH_SHOWN = 4  # deeper autograd nodes are named by their type, not by their full path
 NO_ROOT = "no Python root reaches it (a reference cycle awaiting gc, or native code holds it)"
+ABANDON_AFTER_S = 1.0  # past the budget: longer than a search's last steps take, shorter than a user waits
 _CO_OPTIMIZED = 0x0001  # a function's frame; a module or class body's frame keeps its locals in a dict
 _OWN_FILE = os.path.abspath(__file__)
 _OWN_DIR = os.path.join(os.path.dirname(_OWN_FILE), "")
@@ -60,22 +70,21 @@ def find_holders(blocks, program_globals=None, program_name=None, budget_s=2.0, 
        "note": str | None,    # why cut short / what was skipped, in one sentence, else None
        "levels": int}         # heap scans made going upwards (for benchmarks)
     An exposing object that no root reaches once every path up has been followed is held by NO_ROOT;
-    one whose search was cut short is left out, as are blocks that no object exposes.
+    one whose search was cut short is left out, as are blocks that no object exposes. Back by budget_s +
+    ABANDON_AFTER_S whatever the program's code does (Note [Bounded search]).
     """
     started = time.perf_counter()
-    search = None
+    outcome = {"found": dict(held_by={}, complete=False, note=None, objects=0, exposing=0, levels=0),
+               "doing": "looking for objects that expose the blocks"}
     try:
-        search = _Search(blocks, program_globals, program_name, started, budget_s)
-        search.run()
-        held_by, note = search.held_by(max_holders), search.note
-        complete = note is None
-    except Exception as e:  # a bug here must not break the report that asked for holders
-        held_by, note, complete = {}, "holder search failed: %s: %s" % (type(e).__name__, e), False
-    counts = {"objects": 0, "exposing": 0, "levels": 0}
-    if search is not None:
-        counts = {name: getattr(search, name) for name in counts}
-        search.clear()
-    return dict(held_by=held_by, seconds=time.perf_counter() - started, complete=complete, note=note, **counts)
+        search = _Search(blocks, program_globals, program_name, started, budget_s, max_holders, outcome)
+    except BaseException as e:  # a bug here, or a key's own code, must not break the report
+        outcome["found"]["note"] = "holder search failed: %s" % describe(e)
+    else:
+        if not run_bounded(search.run_and_publish, search.deadline + ABANDON_AFTER_S) and outcome["doing"]:
+            note = "time budget of %g s spent while %s: code of the program's that the search called did not return"
+            outcome["found"] = dict(outcome["found"], complete=False, note=note % (budget_s, outcome["doing"]))
+    return dict(outcome["found"], seconds=time.perf_counter() - started)
 
 
 def _is_own_frame(frame):
@@ -152,7 +161,7 @@ _Place = collections.namedtuple("_Place", "expr edge step owner scope origin det
 
 
 class _Search:
-    def __init__(self, blocks, program_globals, program_name, started, budget_s):
+    def __init__(self, blocks, program_globals, program_name, started, budget_s, max_holders, outcome):
         blocks = sorted((int(address), int(size), key) for address, size, key in blocks)
         self.starts = [b[0] for b in blocks]
         self.ends = [b[0] + b[1] for b in blocks]
@@ -160,6 +169,8 @@ class _Search:
         self.keys = [b[2] for b in blocks]
         self.program = (program_globals, program_name)
         self.deadline, self.budget_s = started + budget_s, budget_s
+        self.max_holders, self.outcome = max_holders, outcome  # Note [Bounded search]
+        self.caller, self.handled = threading.get_ident(), sys.exc_info()[1]  # its exception's frames: roots
         self.objects = self.exposing = self.levels = 0
         self.note = None
         self.climbed = False  # every path up was followed to its end
@@ -191,13 +202,31 @@ class _Search:
         self.stop("time budget of %g s spent while %s" % (self.budget_s, doing))
         return True
 
+    def run_and_publish(self):
+        """The whole search, published step by step (Note [Bounded search]); then drops all it found."""
+        try:
+            self.run()
+        except BaseException as e:  # SystemExit from a property must not end the report
+            self.stop("holder search failed: %s" % describe(e))
+        finally:
+            self.publish(None)
+            self.clear()
+
     def run(self):
         self.find_exposing()
         if self.note is None:
+            self.publish("tracing %d exposing objects to their roots" % len(self.targets))
             self.climb()
+        self.publish("naming their holders")
         self.shortest_paths()
         self.claim_direct()
+        self.publish("walking autograd graphs")
         self.walk_graphs()
+
+    def publish(self, doing):  # what it found so far, and the step it takes now (None: done)
+        found = dict(held_by=self.held_by(self.max_holders), complete=self.note is None, note=self.note,
+                     objects=self.objects, exposing=self.exposing, levels=self.levels)
+        self.outcome.update(found=found, doing=doing)
 
     def block_at(self, address):
         if not isinstance(address, int):
@@ -209,6 +238,7 @@ class _Search:
         """Step 1: the objects whose memory lies in one of the blocks."""
         objs = gc.get_objects()
         self.objects = len(objs)
+        self.publish("looking for objects that expose the blocks")  # the count, before the program's code runs
         tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
         tracked_types = set(map(type, objs))
         exposers = exposing.exposers(tracked_types, tensor_type)
@@ -221,8 +251,8 @@ class _Search:
             candidates += [o for o in referents if type(o) in untracked]
             exposers.update(untracked)
         del referents
-        for i, obj in enumerate(candidates):
-            if not i % 256 and self.out_of_time("looking for objects that expose the blocks"):
+        for obj in candidates:  # the time is read at each: an object's code may take long
+            if self.out_of_time("looking for objects that expose the blocks"):
                 return
             expose = exposers[type(obj)]
             block = self.block_at(exposing.address(expose, obj))
@@ -255,10 +285,10 @@ class _Search:
                 self.locals_of.setdefault(id(value), []).append(id(frame))
 
     def frames(self):
-        """Every thread's frames, and those of the exception being handled or last reported, not ours."""
+        """Every thread's frames but the search thread's, those of the exception handled or last reported; not ours."""
         found, seen = [], set()
-        starts = list(sys._current_frames().values())
-        for exc in (sys.exc_info()[1], getattr(sys, "last_exc", None), getattr(sys, "last_value", None)):
+        starts = [f for t, f in sys._current_frames().items() if t != threading.get_ident() or t == self.caller]
+        for exc in (self.handled, getattr(sys, "last_exc", None), getattr(sys, "last_value", None)):
             tb = getattr(exc, "__traceback__", None)
             while tb is not None:
                 starts.append(tb.tb_frame)
@@ -393,7 +423,7 @@ class _Search:
         if steps is None:
             try:
                 steps = self.edge_map(self.nodes[parent], up)
-            except Exception:
+            except BaseException:  # an attribute's own code raised, SystemExit too (Note [Bounded search])
                 steps = {}
             self.edge_maps[parent] = steps
         if child in steps:
@@ -538,7 +568,7 @@ class _Search:
         for name in names:
             try:
                 value = getattr(node, name)
-            except Exception:  # a saved tensor freed by backward() raises RuntimeError
+            except BaseException:  # a saved tensor freed by backward() raises RuntimeError; a custom one, anything
                 continue
             for saved in value if isinstance(value, (tuple, list)) else (value,):
                 if not isinstance(saved, tensor_type):

@@ -1,0 +1,34 @@
+"""Work that runs the program's own code and must not hold up a report past its budget: the holder search
+asks the program's objects how they show device memory (Note [Bounded search] in _holders.py), and such
+code may block on a lock, a hung device or a sleep. Standard library only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+
+def run_bounded(work: Callable[[], None], deadline: float) -> bool:
+    """Runs work() on a daemon thread of its own and waits for it until `deadline` (a time.perf_counter()
+    time) at most; True once it returned, False if it was left running (it then goes on alone, and the
+    interpreter does not wait for it at exit). The waiting thread releases the GIL and holds nothing else.
+    Where no thread can start (at interpreter shutdown, or past a thread limit), work() runs on this one,
+    as long as it takes."""
+    worker = threading.Thread(target=work, name="tracepool holder search", daemon=True)
+    try:
+        worker.start()
+    except RuntimeError:
+        work()
+        return True
+    worker.join(max(0.0, deadline - time.perf_counter()))
+    return not worker.is_alive()
+
+
+def describe(error: BaseException) -> str:
+    """`SystemExit: 3`, for a note: an exception's str runs its own code, which may raise too."""
+    try:
+        return "%s: %s" % (type(error).__name__, error)
+    except BaseException:
+        return type(error).__name__
