@@ -41,6 +41,7 @@ import time
 import types
 
 from . import _exposing as exposing
+from ._frame_roots import frame_locals, frame_scope, is_own_frame
 from ._bounded import describe, run_bounded
 
 MAX_LEVELS = 24  # a holder further than this from every root is not named (the note says so)
@@ -48,9 +49,6 @@ WIDE_LEVEL = 300  # above this many targets a Python pass over the heap beats gc
 GRAPH_DEPTH_SHOWN = 4  # deeper autograd nodes are named by their type, not by their full path
 NO_ROOT = "no Python root reaches it (a reference cycle awaiting gc, or native code holds it)"
 ABANDON_AFTER_S = 1.0  # past the budget: longer than a search's last steps take, shorter than a user waits
-_CO_OPTIMIZED = 0x0001  # a function's frame; a module or class body's frame keeps its locals in a dict
-_OWN_FILE = os.path.abspath(__file__)
-_OWN_DIR = os.path.join(os.path.dirname(_OWN_FILE), "")
 _TRANSPARENT = ("attrdict", "closure")  # steps that name nothing: an object's __dict__, a __closure__ tuple
 _POSITIONAL = ("index", "set")  # a holder is named above these: `history` for `history[3][0]`
 
@@ -85,35 +83,6 @@ def find_holders(blocks, program_globals=None, program_name=None, budget_s=2.0, 
             note = "time budget of %g s spent while %s: code of the program's that the search called did not return"
             outcome["found"] = dict(outcome["found"], complete=False, note=note % (budget_s, outcome["doing"]))
     return dict(outcome["found"], seconds=time.perf_counter() - started)
-
-
-def _is_own_frame(frame):
-    file = os.path.abspath(frame.f_code.co_filename)
-    return file == _OWN_FILE or file.startswith(_OWN_DIR)
-
-
-def _frame_locals(frame):
-    """(name, value) of a frame's locals; none for a module body, whose globals are a root already."""
-    try:
-        optimized = frame.f_code.co_flags & _CO_OPTIMIZED
-        if not optimized and frame.f_locals is frame.f_globals:
-            return []
-        namespace = frame.f_locals  # 3.13: a FrameLocalsProxy, read the same way
-        items = list(namespace.items())
-        if optimized and sys.version_info < (3, 13) and sys.getrefcount(namespace) <= 3:
-            # Before PEP 667 f_locals is a snapshot that the frame keeps until it returns: left filled, it
-            # would keep what the locals refer to now alive after they change. One that a caller of
-            # locals() holds (more than the frame's, ours and getrefcount's references) is left alone.
-            namespace.clear()
-        return items
-    except Exception:
-        return []
-
-
-def _frame_scope(frame):
-    code = frame.f_code
-    where = "%s:%d" % (os.path.basename(code.co_filename), frame.f_lineno or 0)
-    return ("local", getattr(code, "co_qualname", code.co_name), where)
 
 
 def _module_label(name, module):
@@ -279,8 +248,8 @@ class _Search:
                 self.add_root(namespace, ("global", _module_label(name, module), None))
         local_values = self._own([])  # keeps each id in locals_of that object's while another thread runs
         for frame in self.frames():
-            self.add_root(frame, _frame_scope(frame))
-            for _, value in _frame_locals(frame):
+            self.add_root(frame, frame_scope(frame))
+            for _, value in frame_locals(frame):
                 local_values.append(value)
                 self.locals_of.setdefault(id(value), []).append(id(frame))
 
@@ -296,7 +265,7 @@ class _Search:
         for frame in starts:
             while frame is not None and id(frame) not in seen:
                 seen.add(id(frame))
-                if not _is_own_frame(frame):
+                if not is_own_frame(frame):
                     found.append(frame)
                 frame = frame.f_back
         starts.clear()  # it holds this call's own frame: a cycle that would keep our locals alive
@@ -366,11 +335,11 @@ class _Search:
         wanted = {id(o) for o in frontier}
         for referrer in self._own(self.referrers(frontier, wanted)):
             rid = id(referrer)
-            if rid in self.own or (isinstance(referrer, types.FrameType) and _is_own_frame(referrer)):
+            if rid in self.own or (isinstance(referrer, types.FrameType) and is_own_frame(referrer)):
                 continue
             if rid not in self.nodes:
                 if isinstance(referrer, types.FrameType):
-                    self.add_root(referrer, _frame_scope(referrer))
+                    self.add_root(referrer, frame_scope(referrer))
                 else:
                     self.nodes[rid] = referrer
                     self.found(referrer)
@@ -433,7 +402,7 @@ class _Search:
     def edge_map(self, obj, up):
         """id of each object `obj` refers to -> (kind, text, detail), for the kinds that have names."""
         if up.edge == "root":
-            pairs = _frame_locals(obj) if isinstance(obj, types.FrameType) else obj.items()
+            pairs = frame_locals(obj) if isinstance(obj, types.FrameType) else obj.items()
             return {id(v): ("name", k, None) for k, v in pairs if isinstance(k, str)}
         if isinstance(obj, dict):
             steps = {id(k): ("key", " (a key)", None) for k in obj}
@@ -453,7 +422,7 @@ class _Search:
         if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
             attr = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame"}.get(type(obj), "ag_frame")
             frame = getattr(obj, attr)
-            items = _frame_locals(frame) if frame is not None else []
+            items = frame_locals(frame) if frame is not None else []
             return {id(v): ("item", ".%s.f_locals[%r]" % (attr, k), None) for k, v in items}
         return self.attribute_map(obj)
 
