@@ -26,7 +26,9 @@ attributes) may block (a lock the reporting thread holds, a hung device) or rais
 that object is skipped, or the search ends with a note, never the report. It runs on a daemon thread
 (_bounded.py; its frames are not roots) while the reporting thread waits, holding neither the GIL nor an
 allocator lock, ABANDON_AFTER_S past the budget at most; the report then takes what the search published
-last, a fresh dict put in `outcome` in one step, and the search stops at its next deadline check.
+last, a fresh dict put in `outcome` in one step, and the search stops at its next deadline check. The
+next report waits for a search left behind within its own budget, and skips its own search if that one
+still runs: code that blocks for good holds one thread, not one a report.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import types
 
 from . import _exposing as exposing
 from ._frame_roots import frame_locals, frame_scope, is_own_frame
-from ._bounded import describe, run_bounded
+from ._bounded import StillRunning, describe, run_bounded
 
 MAX_LEVELS = 24  # a holder further than this from every root is not named (the note says so)
 WIDE_LEVEL = 300  # above this many targets a Python pass over the heap beats gc.get_referrers
@@ -76,10 +78,14 @@ def find_holders(blocks, program_globals=None, program_name=None, budget_s=2.0, 
                "doing": "looking for objects that expose the blocks"}
     try:
         search = _Search(blocks, program_globals, program_name, started, budget_s, max_holders, outcome)
+        finished = run_bounded(search.run_and_publish, search.deadline + ABANDON_AFTER_S)
+    except StillRunning:
+        outcome["found"]["note"] = ("holder search skipped: the one an earlier report left behind is still in code "
+                                    "of the program's that did not return")
     except BaseException as e:  # a bug here, or a key's own code, must not break the report
         outcome["found"]["note"] = "holder search failed: %s" % describe(e)
     else:
-        if not run_bounded(search.run_and_publish, search.deadline + ABANDON_AFTER_S) and outcome["doing"]:
+        if not finished and outcome["doing"]:
             note = "time budget of %g s spent while %s: code of the program's that the search called did not return"
             outcome["found"] = dict(outcome["found"], complete=False, note=note % (budget_s, outcome["doing"]))
     return dict(outcome["found"], seconds=time.perf_counter() - started)
