@@ -36,9 +36,10 @@ def run_bounded(work: Callable[[], None], deadline: float) -> bool:
         work()
         return True
     worker.join(max(0.0, deadline - time.perf_counter()))
-    if worker.is_alive():
-        _left_behind.append(worker)
-    return not worker.is_alive()
+    if not worker.is_alive():
+        return True
+    _left_behind.append(worker)
+    return False
 
 
 def describe(error: BaseException) -> str:

@@ -45,10 +45,12 @@ grad_fn = operator.attrgetter("grad_fn")
 
 
 def address(expose, obj):
+    """Where `obj`'s data starts; None for a broken object (a meta, sparse or fake tensor), or one whose own
+    code raises anything, SystemExit and KeyboardInterrupt too: the search goes on without it."""
     try:
         return expose(obj)
-    except BaseException:  # a broken object (a meta, sparse or fake tensor), or one whose code raises SystemExit,
-        return None  # KeyboardInterrupt or its own BaseException, is skipped: the search goes on
+    except BaseException:
+        return None
 
 
 def exposers(types_seen, tensor_type):

@@ -43,8 +43,8 @@ import time
 import types
 
 from . import _exposing as exposing
-from ._frame_roots import frame_locals, frame_scope, is_own_frame
 from ._bounded import StillRunning, describe, run_bounded
+from ._frame_roots import frame_locals, frame_scope, is_own_frame
 
 MAX_LEVELS = 24  # a holder further than this from every root is not named (the note says so)
 WIDE_LEVEL = 300  # above this many targets a Python pass over the heap beats gc.get_referrers
