@@ -298,3 +298,32 @@ def test_a_configuration_the_instance_cannot_start_with_raises_on_first_use(run_
     """, conf="backend:host,host_devices:0")
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["Error", "-8"]  # TRACEPOOL_ERR_UNAVAILABLE: the instance could not be made
+
+
+def test_reports_under_file_descriptor_exhaustion_raise_tracepool_errors(run_python):
+    # Every descriptor taken, as a program that leaks files does: what the report needs to load or write
+    # fails, and says so as a tracepool.Error, not as an OSError from deep in the import system.
+    child = run_python("""\
+        import errno, resource, tracepool
+        kept = tracepool.alloc(1 << 20)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        files = []
+        try:
+            while True:
+                files.append(open("/dev/null"))
+        except OSError as e:
+            assert e.errno == errno.EMFILE, e
+        for name, call in (("write_report", lambda: tracepool.write_report("report.json")),
+                           ("report", lambda: tracepool.report()),
+                           ("write_report", lambda: tracepool.write_report("report.json"))):
+            try:
+                call()
+                print(name, "done")
+            except tracepool.Error as e:
+                print(name, type(e).__name__, e)
+    """)
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    assert len(lines) == 3, child.stdout
+    for line in lines:
+        assert "Too many open files" in line and " done" not in line, line

@@ -145,10 +145,10 @@ def report(format: str = "json", reason: str | None = None, top: int | None = No
 def _report_with_holders(
     reason: str | None, program_globals: dict[str, Any] | None = None, program_name: str | None = None
 ) -> dict[str, Any]:
-    """The JSON report as a dict, each leak with "held_by" (Note [Who holds it] in _holders.py). Runs
-    with the GIL held and no allocator lock: the report is made, then its blocks are looked for."""
-    from ._holders import find_holders
-
+    """The JSON report as a dict, each leak with "held_by" (Note [Who holds it] in _holders.py). Holds no
+    allocator lock: the report is made, then its blocks are looked for, on a thread of the search's own
+    that this one waits for within the budget (Note [Bounded search])."""
+    find_holders = _holder_search()
     data: dict[str, Any] = json.loads(_tracepool.report("json", reason, 0, True))
     blocks = [(address, size, index) for index, site in enumerate(data["leaks"])
               for address, size in site.pop("addresses", ())]
@@ -160,6 +160,20 @@ def _report_with_holders(
                              "exposing": int(found["exposing"]), "seconds": float(found["seconds"]),
                              "note": found["note"] or ""}
     return data
+
+
+def _holder_search() -> Any:
+    """_holders.find_holders, imported by the first report that names holders (it loads ctypes, which a
+    program that never asks for one need not pay for). An import opens files: with every descriptor taken
+    (or no memory left) it fails, and says so as a tracepool.Error, not as an OSError from importlib."""
+    try:
+        from ._holders import find_holders
+    except (ImportError, OSError, MemoryError) as e:
+        error = Error("the holder search cannot be loaded (%s: %s); holders=False makes the report without it"
+                      % (type(e).__name__, e))
+        error.status = -9  # TRACEPOOL_ERR_INTERNAL, as the library's own errors carry theirs
+        raise error from e
+    return find_holders
 
 
 def _render(data: dict[str, Any], format: str, top: int | None) -> str:
@@ -190,7 +204,8 @@ def write_report(
     ``"json"``, ``"text"`` or ``"html"``; None picks JSON when the path ends in ``.json``, HTML in
     ``.html`` or ``.htm``. ``reason``, ``top`` and
     ``holders`` as :func:`report`'s. The path may hold ``{rank}``, ``{pid}`` and ``{host}``; see
-    :func:`report_path`.
+    :func:`report_path`. Raises :class:`Error` when the report cannot be made or written (every file
+    descriptor taken, say), :class:`InvalidArgumentError` for a path it refuses or cannot write.
     """
     if not holders:  # bytes: any file name the OS allows
         _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)

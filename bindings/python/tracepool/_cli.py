@@ -8,13 +8,17 @@ script's: its traceback is printed as Python would, the report follows, and its 
 """
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
+import re
 import runpy
 import signal
 import sys
 import traceback
+
+from tracepool._escaping import escape
 
 SCHEMA = "tracepool.report/1"
 USAGE_ERROR = 2
@@ -91,6 +95,27 @@ def _positive_int(text):
     if n < 1:
         raise argparse.ArgumentTypeError("expected a positive integer, got %r" % text)
     return n
+
+
+# The most `report`, `merge` and `diff` read of a file unless --max-input-size says otherwise: 100k sites
+# with stacks of 24 frames make a 0.5 GiB report, of 64 frames 1.5 GiB, of 96 (capture_depth's and
+# python_depth's defaults together) 1.9 GiB; rendering one takes about 8 times its size in memory (0.5 GiB:
+# 4.3 GB resident, 34 s).
+MAX_INPUT_SIZE = "4GiB"
+
+# The units of TRACEPOOL_CONF's byte sizes (parse_bytes in core/base/config.cpp).
+_BYTE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KiB": 1 << 10, "KB": 10**3, "M": 1 << 20, "MiB": 1 << 20, "MB": 10**6,
+               "G": 1 << 30, "GiB": 1 << 30, "GB": 10**9, "T": 1 << 40, "TiB": 1 << 40, "TB": 10**12}
+
+
+def _byte_size(text):
+    """A byte size as TRACEPOOL_CONF writes one: 4096, 512MiB, 1.5GiB."""
+    found = re.fullmatch(r"\s*(\d+\.?\d*|\.\d+)\s*([A-Za-z]*)\s*", text)
+    scale = _BYTE_UNITS.get(found.group(2)) if found else None
+    size = float(found.group(1)) * scale if scale is not None else float("nan")
+    if not size.is_integer():  # nor nan, nor inf
+        raise argparse.ArgumentTypeError("expected a byte size such as 4096, 512MiB or 8GiB (0: no cap), got %r" % text)
+    return int(size)
 
 
 def _version():
@@ -231,6 +256,15 @@ def _parser():
             + ("; html: one page with a view of each report and of them all" if command is merge else ""),
         )
         command.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    for command in (report, merge, diff):
+        command.add_argument(
+            "--max-input-size",
+            type=_byte_size,
+            default=MAX_INPUT_SIZE,  # argparse reads it with _byte_size
+            metavar="BYTES",
+            help="refuse a saved report larger than BYTES (default %s, twice a report of 100k sites; 0: no cap); "
+            "an input without end, such as /dev/zero, is read no further" % MAX_INPUT_SIZE,
+        )
     return parser
 
 
@@ -486,13 +520,13 @@ def _run(parser, argv):
     return status
 
 
-def render_saved_report(path, format="text", top=None):
-    """The report saved at `path`, rendered by the library; UsageError if it cannot be read or is not
-    one (the library's message names the file and the first problem)."""
+def render_saved_report(path, format, top, max_bytes):
+    """The report saved at `path`, rendered by the library; UsageError if it cannot be read, is larger than
+    `max_bytes` or is not one (the library's message names the file and the first problem)."""
     from tracepool import _compare
 
     try:
-        return _compare.render_file(path, format, top)
+        return _compare.render_file(path, format, top, max_bytes)
     except _compare.ReportError as e:
         raise UsageError("report: %s" % e) from None
 
@@ -503,26 +537,46 @@ def _report(parser, argv):
     options = parser.parse_args(["report"] + argv)
     format = tracepool._format_for(options.output or "", options.format)
     if format == "json":
-        text = json.dumps(json.loads(render_saved_report(options.file, "json")), indent=2) + "\n"
+        text = json.dumps(json.loads(render_saved_report(options.file, "json", None, options.max_input_size)),
+                          indent=2) + "\n"
     else:
-        text = render_saved_report(options.file, format, options.top)
+        text = render_saved_report(options.file, format, options.top, options.max_input_size)
     return _emit(text, options.output, "report")
 
 
 def _emit(text, output, what):
     """`text` on stdout, or written to `output` where the library writes files."""
     if output is None:
-        sys.stdout.write(text)
-        return 0
+        return _print(text, what)
     import tracepool
 
     try:
         tracepool.write_file(output, text.encode("utf-8", "surrogateescape"))
     except tracepool.Error as e:
-        print("tracepool: %s not written: %s" % (what, e), file=sys.stderr)
+        print("tracepool: %s not written: %s" % (what, escape(str(e))), file=sys.stderr)
         return 1
-    print("tracepool: %s written to %s" % (what, output), file=sys.stderr)
+    print("tracepool: %s written to %s" % (what, escape(output)), file=sys.stderr)
     return 0
+
+
+def _print(text, what):
+    """`text` on stdout. A failed write is status 2: one line (a full disk), or none when the reader left (a
+    broken pipe: `| head -1`), as other tools end. Then stdout is pointed at /dev/null, so that Python's
+    last flush at exit has nothing to fail on and adds no "Exception ignored" of its own."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0
+    except OSError as e:
+        if e.errno != errno.EPIPE:
+            print("tracepool: %s: cannot write to stdout: %s" % (what, e.strerror or e), file=sys.stderr)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except OSError:  # no descriptor left for /dev/null: the stream, and what it still holds, is dropped
+        sys.stdout = None
+    return USAGE_ERROR
 
 
 def _compare(parser, command, argv):
@@ -534,15 +588,15 @@ def _compare(parser, command, argv):
     format = tracepool._format_for(options.output or "", options.format)
     if command == "merge" and format == "html":
         try:  # the library's page of the reports themselves, each a view, and all of them
-            return _emit(_compare.merge_html(options.files), options.output, command)
+            return _emit(_compare.merge_html(options.files, options.max_input_size), options.output, command)
         except _compare.ReportError as e:
             raise UsageError("%s: %s" % (command, e)) from None
     try:
         if command == "merge":
-            result = _compare.merge(options.files)
+            result = _compare.merge(options.files, options.max_input_size)
             render = _compare.merge_text
         else:
-            result = _compare.diff(options.before, options.after)
+            result = _compare.diff(options.before, options.after, options.max_input_size)
             render = _compare.diff_text
     except _compare.ReportError as e:
         raise UsageError("%s: %s" % (command, e)) from None
@@ -568,8 +622,8 @@ def main(argv=None):
         parser.parse_args(argv)  # --help, --version, or an error naming the unknown command
         parser.print_help(sys.stderr)
         return USAGE_ERROR
-    except UsageError as e:
-        print("tracepool: %s" % e, file=sys.stderr)
+    except UsageError as e:  # a file name or a report's text it quotes cannot fake lines or drive the terminal
+        print("tracepool: %s" % escape(str(e)), file=sys.stderr)
         return USAGE_ERROR
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else USAGE_ERROR

@@ -12,54 +12,80 @@ import os
 import statistics
 import sysconfig
 
+from ._escaping import escape
+
 MERGE_SCHEMA = "tracepool.merge/1"
 DIFF_SCHEMA = "tracepool.diff/1"
 MANY_REPORTS = 8  # more than this: min, median and max columns instead of one per report
+_READ_CHUNK = 16 << 20  # what an input that does not say its size (a device, a FIFO) is read by
 
 
 class ReportError(Exception):
     """A file that cannot be read or is not a report: one line, exit status 2."""
 
 
-def render_file(path, format="text", top=None):
+def shown(value):
+    """A string from a report, or a file name, as a text or a message shows it (tracepool/_escaping.py)."""
+    if isinstance(value, (bytes, os.PathLike)):
+        value = os.fsdecode(value)
+    return escape(value if isinstance(value, str) else str(value))
+
+
+def read_saved(path, max_bytes):
+    """The bytes of the file at `path`; ReportError if it cannot be read or holds more than `max_bytes`
+    (0: no cap). A file that says its size is refused before it is read; anything else is read until one
+    byte past the cap, so that an endless input (/dev/zero) is never read whole."""
+    cap, chunks, size = max_bytes or float("inf"), [], 0
+    try:
+        with open(path, "rb", buffering=0) as f:
+            known = os.fstat(f.fileno()).st_size  # 0 for a device, a FIFO or a file under /proc
+            while max(known, size) <= cap:
+                want = max(known - size + 1, _READ_CHUNK)  # a regular file in one read, its end in the next
+                chunk = f.read(min(want, cap + 1 - size))
+                if not chunk:
+                    return b"".join(chunks)  # one chunk: that very object, not a copy
+                chunks.append(chunk)
+                size += len(chunk)
+    except OSError as e:
+        raise ReportError("cannot read %s: %s" % (shown(path), e.strerror or e)) from None
+    except MemoryError:
+        raise ReportError("cannot read %s: not enough memory for it" % shown(path)) from None
+    raise ReportError("%s is larger than the %s cap on a saved report (--max-input-size BYTES sets it, 0 lifts it)"
+                      % (shown(path), human(max_bytes)))
+
+
+def render_file(path, format, top, max_bytes):
     """The report saved at `path`, rendered by the library (`report`, `merge` and `diff` read files
-    through it); ReportError if it cannot be read or is not one (the library's message names the file
-    and the first problem)."""
+    through it); ReportError if it cannot be read, is larger than `max_bytes` or is not a report (the
+    library's message names the file and the first problem)."""
     import tracepool
 
+    saved = read_saved(path, max_bytes)
     try:
-        with open(path, "rb") as f:
-            saved = f.read()
-    except OSError as e:
-        raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
-    try:
-        return tracepool.render_report(saved, format, top, name=path)
+        return tracepool.render_report(saved, format, top, name=shown(path))
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
+    except MemoryError:  # the library's OutOfMemoryError too
+        raise ReportError("cannot render %s: not enough memory for it" % shown(path)) from None
 
 
-def merge_html(paths):
+def merge_html(paths, max_bytes):
     """One HTML page of the reports at `paths` (the library's renderer): a view of each and of them all."""
     import tracepool
 
-    saved = []
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                saved.append(f.read())
-        except OSError as e:
-            raise ReportError("cannot read %s: %s" % (path, e.strerror or e)) from None
+    saved = [read_saved(path, max_bytes) for path in paths]
     try:
-        # A file name that is not UTF-8 is named with its bytes escaped (the library's messages are UTF-8).
-        names = [os.fsdecode(p).encode("utf-8", "backslashreplace").decode("utf-8") for p in paths]
+        names = [shown(p) for p in paths]
         return tracepool._tracepool.render_html(saved, names)
     except tracepool.InvalidArgumentError as e:
         raise ReportError(str(e)) from None
+    except MemoryError:
+        raise ReportError("cannot render %d reports: not enough memory for them" % len(paths)) from None
 
 
-def load(path):
+def load(path, max_bytes):
     """The report saved at `path`, as the library reads it (normalised JSON, as a dict)."""
-    return json.loads(render_file(path, "json"))
+    return json.loads(render_file(path, "json", None, max_bytes))
 
 
 def _library_dirs():
@@ -150,13 +176,14 @@ def _labels(paths, reports):
 # ---- merge -------------------------------------------------------------------------------------
 
 
-def merge(paths):
-    """The merged view of the reports at `paths` (a dict of schema tracepool.merge/1)."""
+def merge(paths, max_bytes):
+    """The merged view of the reports at `paths` (a dict of schema tracepool.merge/1); `max_bytes` as
+    read_saved's."""
     def by_rank(loaded):  # ranks in order, then reports without one, by file
         rank = loaded[1].get("process", {}).get("rank")
         return rank is None, rank or 0, loaded[0]
 
-    paths, reports = zip(*sorted(((p, load(p)) for p in paths), key=by_rank))
+    paths, reports = zip(*sorted(((p, load(p, max_bytes)) for p in paths), key=by_rank))
     labels = _labels(paths, reports)
     live = [_sites(r, "leaks") for r in reports]
     cached = [_sites(r, "cached") for r in reports]
@@ -204,15 +231,15 @@ def _columns(values, labels):
 
 def merge_text(merged, top):
     reports = merged["reports"]
-    labels = [r["label"] for r in reports]
+    labels = [shown(r["label"]) for r in reports]
     worlds = {r["world_size"] for r in reports if r["world_size"]}
     out = ["== tracepool merge: %d reports%s" % (len(reports), " of a world of %d" % worlds.pop() if len(worlds) == 1
                                                   else "")]
-    for r in reports:
-        who = "pid %s on %s" % (r["pid"], r["host"]) if r["pid"] else "process not recorded"
+    for label, r in zip(labels, reports):
+        who = "pid %s on %s" % (r["pid"], shown(r["host"])) if r["pid"] else "process not recorded"
         out.append("  %-10s %s, %s: %s live, %s reserved, %s cached  (%s)" % (
-            r["label"], who, r["reason"], human(r["live_bytes"]), human(r["reserved_bytes"]), human(r["cached_bytes"]),
-            r["file"]))
+            label, who, shown(r["reason"]), human(r["live_bytes"]), human(r["reserved_bytes"]),
+            human(r["cached_bytes"]), shown(r["file"])))
     held = [r["live_bytes"] for r in reports]
     if len(reports) > 1 and max(held) > min(held):
         hi = max(range(len(held)), key=lambda i: held[i])
@@ -221,36 +248,37 @@ def merge_text(merged, top):
             labels[hi], human(held[hi] - held[lo]), labels[lo], human(held[hi]), human(held[lo])))
         gaps = sorted(merged["sites"], key=lambda s: -(s["live_bytes"][hi] - s["live_bytes"][lo]))
         for s in [s for s in gaps if s["live_bytes"][hi] > s["live_bytes"][lo]][:3]:
-            out.append("  %s at %s" % (signed(s["live_bytes"][hi] - s["live_bytes"][lo]), s["where"]))
+            out.append("  %s at %s" % (signed(s["live_bytes"][hi] - s["live_bytes"][lo]), shown(s["where"])))
     for title, field, total in (("Live memory by call site, across reports, largest total first", "live_bytes",
                                  "total_live_bytes"),
                                 ("Cached memory by the call site that last used it", "cached_bytes",
                                  "total_cached_bytes")):
-        shown = [s for s in merged["sites"] if s[total] > 0]
-        shown.sort(key=lambda s: -s[total])
+        listed = [s for s in merged["sites"] if s[total] > 0]
+        listed.sort(key=lambda s: -s[total])
         out.append("\n%s:" % title)
-        if not shown:
+        if not listed:
             out.append("  none")
-        for s in shown[:top]:
+        for s in listed[:top]:
             columns = "  ".join("%s %s" % c for c in _columns(s[field], labels))
-            line = "  %10s  %s\n      %s" % (human(s[total]), s["where"], columns)
+            line = "  %10s  %s\n      %s" % (human(s[total]), shown(s["where"]), columns)
             if field == "live_bytes" and s["imbalance"] is not None and len(reports) > 1:
-                line += "  (most: %s, %.2fx the mean)" % (s["most_live"], s["imbalance"])
+                line += "  (most: %s, %.2fx the mean)" % (shown(s["most_live"]), s["imbalance"])
             grown = [labels[i] for i, g in enumerate(s["growing"]) if g]
             if field == "live_bytes" and grown:
                 line += "\n      GROWING on %s" % ", ".join(grown)
             out.append(line)
-        if len(shown) > top:
-            out.append("  ... %d more sites (--top)" % (len(shown) - top))
+        if len(listed) > top:
+            out.append("  ... %d more sites (--top)" % (len(listed) - top))
     return "\n".join(out) + "\n"
 
 
 # ---- diff --------------------------------------------------------------------------------------
 
 
-def diff(before_path, after_path):
-    """Per-site change in live and cached bytes from one report to another (schema tracepool.diff/1)."""
-    before, after = load(before_path), load(after_path)
+def diff(before_path, after_path, max_bytes):
+    """Per-site change in live and cached bytes from one report to another (schema tracepool.diff/1);
+    `max_bytes` as read_saved's."""
+    before, after = load(before_path, max_bytes), load(after_path, max_bytes)
     rows = {}
     for side, report in ((0, before), (1, after)):
         for section, field in (("leaks", "live"), ("cached", "cached")):
@@ -273,7 +301,7 @@ def diff(before_path, after_path):
 
 
 def diff_text(d, top):
-    out = ["== tracepool diff: %s -> %s" % (d["before"], d["after"])]
+    out = ["== tracepool diff: %s -> %s" % (shown(d["before"]), shown(d["after"]))]
     for name, label in (("allocated_bytes", "allocated"), ("reserved_bytes", "reserved"), ("cached_bytes", "cached")):
         t = d["totals"][name]
         out.append("  %-9s %s -> %s (%s)" % (label, human(t["before"]), human(t["after"]), signed(t["change"])))
@@ -284,7 +312,7 @@ def diff_text(d, top):
     for s in changed[:top]:
         mark = {"new": " (new)", "gone": " (gone)"}.get(s["status"], "")
         out.append("  live %s, cached %s  %s%s\n      live %s -> %s, cached %s -> %s" % (
-            signed(s["live_change"]), signed(s["cached_change"]), s["where"], mark, human(s["live_before"]),
+            signed(s["live_change"]), signed(s["cached_change"]), shown(s["where"]), mark, human(s["live_before"]),
             human(s["live_after"]), human(s["cached_before"]), human(s["cached_after"])))
     if len(changed) > top:
         out.append("  ... %d more sites (--top)" % (len(changed) - top))

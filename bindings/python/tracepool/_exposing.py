@@ -45,9 +45,11 @@ grad_fn = operator.attrgetter("grad_fn")
 
 
 def address(expose, obj):
+    """Where `obj`'s data starts; None for a broken object (a meta, sparse or fake tensor), or one whose own
+    code raises anything, SystemExit and KeyboardInterrupt too: the search goes on without it."""
     try:
         return expose(obj)
-    except Exception:  # a broken object (or a meta, sparse or fake tensor) is skipped
+    except BaseException:
         return None
 
 
@@ -62,6 +64,6 @@ def exposers(types_seen, tensor_type):
                 found[tp] = interface_address
             elif hasattr(tp, "__dlpack__"):
                 found[tp] = dlpack_address
-        except Exception:
+        except BaseException:  # a metaclass's own code raised: the type is skipped
             pass
     return found

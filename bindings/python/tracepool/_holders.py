@@ -20,6 +20,15 @@ layer, which is then followed (seen on the H200: dropped, the hook's outputs had
 Note [Own objects]: each container of found objects that the search makes is kept in `owned` to the end
 and its id put in `own`, so that the search never names itself; `nodes` keeps every found object alive,
 so that no id is reused by another object while the search runs.
+
+Note [Bounded search]: the program's code that the search runs (__cuda_array_interface__, __dlpack__,
+attributes) may block (a lock the reporting thread holds, a hung device) or raise anything, SystemExit too:
+that object is skipped, or the search ends with a note, never the report. It runs on a daemon thread
+(_bounded.py; its frames are not roots) while the reporting thread waits, holding neither the GIL nor an
+allocator lock, ABANDON_AFTER_S past the budget at most; the report then takes what the search published
+last, a fresh dict put in `outcome` in one step, and the search stops at its next deadline check. The
+next report waits for a search left behind within its own budget, and skips its own search if that one
+still runs: code that blocks for good holds one thread, not one a report.
 """
 
 from __future__ import annotations
@@ -29,18 +38,19 @@ import collections
 import gc
 import os
 import sys
+import threading
 import time
 import types
 
 from . import _exposing as exposing
+from ._bounded import StillRunning, describe, run_bounded
+from ._frame_roots import frame_locals, frame_scope, is_own_frame
 
 MAX_LEVELS = 24  # a holder further than this from every root is not named (the note says so)
 WIDE_LEVEL = 300  # above this many targets a Python pass over the heap beats gc.get_referrers
 GRAPH_DEPTH_SHOWN = 4  # deeper autograd nodes are named by their type, not by their full path
 NO_ROOT = "no Python root reaches it (a reference cycle awaiting gc, or native code holds it)"
-_CO_OPTIMIZED = 0x0001  # a function's frame; a module or class body's frame keeps its locals in a dict
-_OWN_FILE = os.path.abspath(__file__)
-_OWN_DIR = os.path.join(os.path.dirname(_OWN_FILE), "")
+ABANDON_AFTER_S = 1.0  # past the budget: longer than a search's last steps take, shorter than a user waits
 _TRANSPARENT = ("attrdict", "closure")  # steps that name nothing: an object's __dict__, a __closure__ tuple
 _POSITIONAL = ("index", "set")  # a holder is named above these: `history` for `history[3][0]`
 
@@ -60,51 +70,25 @@ def find_holders(blocks, program_globals=None, program_name=None, budget_s=2.0, 
        "note": str | None,    # why cut short / what was skipped, in one sentence, else None
        "levels": int}         # heap scans made going upwards (for benchmarks)
     An exposing object that no root reaches once every path up has been followed is held by NO_ROOT;
-    one whose search was cut short is left out, as are blocks that no object exposes.
+    one whose search was cut short is left out, as are blocks that no object exposes. Back by budget_s +
+    ABANDON_AFTER_S whatever the program's code does (Note [Bounded search]).
     """
     started = time.perf_counter()
-    search = None
+    outcome = {"found": dict(held_by={}, complete=False, note=None, objects=0, exposing=0, levels=0),
+               "doing": "looking for objects that expose the blocks"}
     try:
-        search = _Search(blocks, program_globals, program_name, started, budget_s)
-        search.run()
-        held_by, note = search.held_by(max_holders), search.note
-        complete = note is None
-    except Exception as e:  # a bug here must not break the report that asked for holders
-        held_by, note, complete = {}, "holder search failed: %s: %s" % (type(e).__name__, e), False
-    counts = {"objects": 0, "exposing": 0, "levels": 0}
-    if search is not None:
-        counts = {name: getattr(search, name) for name in counts}
-        search.clear()
-    return dict(held_by=held_by, seconds=time.perf_counter() - started, complete=complete, note=note, **counts)
-
-
-def _is_own_frame(frame):
-    file = os.path.abspath(frame.f_code.co_filename)
-    return file == _OWN_FILE or file.startswith(_OWN_DIR)
-
-
-def _frame_locals(frame):
-    """(name, value) of a frame's locals; none for a module body, whose globals are a root already."""
-    try:
-        optimized = frame.f_code.co_flags & _CO_OPTIMIZED
-        if not optimized and frame.f_locals is frame.f_globals:
-            return []
-        namespace = frame.f_locals  # 3.13: a FrameLocalsProxy, read the same way
-        items = list(namespace.items())
-        if optimized and sys.version_info < (3, 13) and sys.getrefcount(namespace) <= 3:
-            # Before PEP 667 f_locals is a snapshot that the frame keeps until it returns: left filled, it
-            # would keep what the locals refer to now alive after they change. One that a caller of
-            # locals() holds (more than the frame's, ours and getrefcount's references) is left alone.
-            namespace.clear()
-        return items
-    except Exception:
-        return []
-
-
-def _frame_scope(frame):
-    code = frame.f_code
-    where = "%s:%d" % (os.path.basename(code.co_filename), frame.f_lineno or 0)
-    return ("local", getattr(code, "co_qualname", code.co_name), where)
+        search = _Search(blocks, program_globals, program_name, started, budget_s, max_holders, outcome)
+        finished = run_bounded(search.run_and_publish, search.deadline + ABANDON_AFTER_S)
+    except StillRunning:
+        outcome["found"]["note"] = ("holder search skipped: the one an earlier report left behind is still in code "
+                                    "of the program's that did not return")
+    except BaseException as e:  # a bug here, or a key's own code, must not break the report
+        outcome["found"]["note"] = "holder search failed: %s" % describe(e)
+    else:
+        if not finished and outcome["doing"]:
+            note = "time budget of %g s spent while %s: code of the program's that the search called did not return"
+            outcome["found"] = dict(outcome["found"], complete=False, note=note % (budget_s, outcome["doing"]))
+    return dict(outcome["found"], seconds=time.perf_counter() - started)
 
 
 def _module_label(name, module):
@@ -152,7 +136,7 @@ _Place = collections.namedtuple("_Place", "expr edge step owner scope origin det
 
 
 class _Search:
-    def __init__(self, blocks, program_globals, program_name, started, budget_s):
+    def __init__(self, blocks, program_globals, program_name, started, budget_s, max_holders, outcome):
         blocks = sorted((int(address), int(size), key) for address, size, key in blocks)
         self.starts = [b[0] for b in blocks]
         self.ends = [b[0] + b[1] for b in blocks]
@@ -160,6 +144,8 @@ class _Search:
         self.keys = [b[2] for b in blocks]
         self.program = (program_globals, program_name)
         self.deadline, self.budget_s = started + budget_s, budget_s
+        self.max_holders, self.outcome = max_holders, outcome  # Note [Bounded search]
+        self.caller, self.handled = threading.get_ident(), sys.exc_info()[1]  # its exception's frames: roots
         self.objects = self.exposing = self.levels = 0
         self.note = None
         self.climbed = False  # every path up was followed to its end
@@ -191,13 +177,31 @@ class _Search:
         self.stop("time budget of %g s spent while %s" % (self.budget_s, doing))
         return True
 
+    def run_and_publish(self):
+        """The whole search, published step by step (Note [Bounded search]); then drops all it found."""
+        try:
+            self.run()
+        except BaseException as e:  # SystemExit from a property must not end the report
+            self.stop("holder search failed: %s" % describe(e))
+        finally:
+            self.publish(None)
+            self.clear()
+
     def run(self):
         self.find_exposing()
         if self.note is None:
+            self.publish("tracing %d exposing objects to their roots" % len(self.targets))
             self.climb()
+        self.publish("naming their holders")
         self.shortest_paths()
         self.claim_direct()
+        self.publish("walking autograd graphs")
         self.walk_graphs()
+
+    def publish(self, doing):  # what it found so far, and the step it takes now (None: done)
+        found = dict(held_by=self.held_by(self.max_holders), complete=self.note is None, note=self.note,
+                     objects=self.objects, exposing=self.exposing, levels=self.levels)
+        self.outcome.update(found=found, doing=doing)
 
     def block_at(self, address):
         if not isinstance(address, int):
@@ -209,6 +213,7 @@ class _Search:
         """Step 1: the objects whose memory lies in one of the blocks."""
         objs = gc.get_objects()
         self.objects = len(objs)
+        self.publish("looking for objects that expose the blocks")  # the count, before the program's code runs
         tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
         tracked_types = set(map(type, objs))
         exposers = exposing.exposers(tracked_types, tensor_type)
@@ -221,8 +226,8 @@ class _Search:
             candidates += [o for o in referents if type(o) in untracked]
             exposers.update(untracked)
         del referents
-        for i, obj in enumerate(candidates):
-            if not i % 256 and self.out_of_time("looking for objects that expose the blocks"):
+        for obj in candidates:  # the time is read at each: an object's code may take long
+            if self.out_of_time("looking for objects that expose the blocks"):
                 return
             expose = exposers[type(obj)]
             block = self.block_at(exposing.address(expose, obj))
@@ -249,16 +254,16 @@ class _Search:
                 self.add_root(namespace, ("global", _module_label(name, module), None))
         local_values = self._own([])  # keeps each id in locals_of that object's while another thread runs
         for frame in self.frames():
-            self.add_root(frame, _frame_scope(frame))
-            for _, value in _frame_locals(frame):
+            self.add_root(frame, frame_scope(frame))
+            for _, value in frame_locals(frame):
                 local_values.append(value)
                 self.locals_of.setdefault(id(value), []).append(id(frame))
 
     def frames(self):
-        """Every thread's frames, and those of the exception being handled or last reported, not ours."""
+        """Every thread's frames but the search thread's, those of the exception handled or last reported; not ours."""
         found, seen = [], set()
-        starts = list(sys._current_frames().values())
-        for exc in (sys.exc_info()[1], getattr(sys, "last_exc", None), getattr(sys, "last_value", None)):
+        starts = [f for t, f in sys._current_frames().items() if t != threading.get_ident() or t == self.caller]
+        for exc in (self.handled, getattr(sys, "last_exc", None), getattr(sys, "last_value", None)):
             tb = getattr(exc, "__traceback__", None)
             while tb is not None:
                 starts.append(tb.tb_frame)
@@ -266,7 +271,7 @@ class _Search:
         for frame in starts:
             while frame is not None and id(frame) not in seen:
                 seen.add(id(frame))
-                if not _is_own_frame(frame):
+                if not is_own_frame(frame):
                     found.append(frame)
                 frame = frame.f_back
         starts.clear()  # it holds this call's own frame: a cycle that would keep our locals alive
@@ -336,11 +341,11 @@ class _Search:
         wanted = {id(o) for o in frontier}
         for referrer in self._own(self.referrers(frontier, wanted)):
             rid = id(referrer)
-            if rid in self.own or (isinstance(referrer, types.FrameType) and _is_own_frame(referrer)):
+            if rid in self.own or (isinstance(referrer, types.FrameType) and is_own_frame(referrer)):
                 continue
             if rid not in self.nodes:
                 if isinstance(referrer, types.FrameType):
-                    self.add_root(referrer, _frame_scope(referrer))
+                    self.add_root(referrer, frame_scope(referrer))
                 else:
                     self.nodes[rid] = referrer
                     self.found(referrer)
@@ -393,7 +398,7 @@ class _Search:
         if steps is None:
             try:
                 steps = self.edge_map(self.nodes[parent], up)
-            except Exception:
+            except BaseException:  # an attribute's own code raised, SystemExit too (Note [Bounded search])
                 steps = {}
             self.edge_maps[parent] = steps
         if child in steps:
@@ -403,7 +408,7 @@ class _Search:
     def edge_map(self, obj, up):
         """id of each object `obj` refers to -> (kind, text, detail), for the kinds that have names."""
         if up.edge == "root":
-            pairs = _frame_locals(obj) if isinstance(obj, types.FrameType) else obj.items()
+            pairs = frame_locals(obj) if isinstance(obj, types.FrameType) else obj.items()
             return {id(v): ("name", k, None) for k, v in pairs if isinstance(k, str)}
         if isinstance(obj, dict):
             steps = {id(k): ("key", " (a key)", None) for k in obj}
@@ -423,7 +428,7 @@ class _Search:
         if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
             attr = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame"}.get(type(obj), "ag_frame")
             frame = getattr(obj, attr)
-            items = _frame_locals(frame) if frame is not None else []
+            items = frame_locals(frame) if frame is not None else []
             return {id(v): ("item", ".%s.f_locals[%r]" % (attr, k), None) for k, v in items}
         return self.attribute_map(obj)
 
@@ -538,7 +543,7 @@ class _Search:
         for name in names:
             try:
                 value = getattr(node, name)
-            except Exception:  # a saved tensor freed by backward() raises RuntimeError
+            except BaseException:  # a saved tensor freed by backward() raises RuntimeError; a custom one, anything
                 continue
             for saved in value if isinstance(value, (tuple, list)) else (value,):
                 if not isinstance(saved, tensor_type):
