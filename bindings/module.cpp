@@ -470,6 +470,17 @@ PYBIND11_MODULE(_tracepool, m) {
       "Writes bytes where a report may go: a new or regular file replaced atomically, a character "
       "device, a FIFO, /dev/stdout, /dev/stderr or /dev/fd/N written straight; anything else refused.");
   m.def(
+      "printable",
+      [](const py::bytes& text) {
+        char* bytes = nullptr;
+        Py_ssize_t size = 0;
+        if (PyBytes_AsStringAndSize(text.ptr(), &bytes, &size) != 0) throw py::error_already_set();
+        char* shown = nullptr;
+        check(tracepool_printable(bytes, static_cast<size_t>(size), &shown));
+        return take_string(shown);  // UTF-8 by construction
+      },
+      py::arg("text"), "Bytes as the text report shows them (Note [Printable text]): control characters escaped.");
+  m.def(
       "write_exit_report", [] { call_without_gil([] { return tracepool_write_exit_report(); }); },
       "Writes the TRACEPOOL_REPORT report now, if due (at most once per process).");
   m.def(

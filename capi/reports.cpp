@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "base/utf8.h"
+#include "base/printable.h"
 #include "handle.h"
 #include "report/report.h"
 #include "tracepool/tracepool.h"
@@ -204,6 +205,16 @@ int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* fo
 
 int tracepool_write_file(const char* path, const void* data, size_t size) {
   return guarded("tracepool_write_file", [&] { return core::write_file_to(path, data, size); });
+}
+
+int tracepool_printable(const char* text, size_t size, char** out) {
+  return guarded("tracepool_printable", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_printable: out is NULL");
+    *out = nullptr;
+    if (text == nullptr && size != 0)
+      return tracepool::fail(status::invalid_argument, "tracepool_printable: text is NULL and size is %zu", size);
+    return copy_out(core::printable(std::string_view(text != nullptr ? text : "", size)), out);
+  });
 }
 
 int tracepool_check_report_path(const char* path) {

@@ -260,6 +260,12 @@ TRACEPOOL_API int tracepool_render_report(const char* json, size_t size, const t
  * tracepool_render_report would. At most 4096 reports. Release *out with tracepool_string_free. */
 TRACEPOOL_API int tracepool_render_html(size_t count, const char* const* reports, const size_t* sizes,
                                         const char* const* names, char** out);
+/* `size` bytes of `text` (a name from a report, a file name) as every text rendering of tracepool shows
+ * it on a terminal: each control character (C0, DEL, C1) and each byte that is not UTF-8 as \xNN, the
+ * line separators and bidirectional controls as \uNNNN, everything else as it is (Note [Printable text]
+ * in core/base/printable.h). For hosts that print report contents themselves. Release *out with
+ * tracepool_string_free. */
+TRACEPOOL_API int tracepool_printable(const char* text, size_t size, char** out);
 TRACEPOOL_API void tracepool_string_free(char* s);
 
 /* ---- Script frames (language runtimes) ----------------------------------------------------- */
