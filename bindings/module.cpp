@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "python_frames.h"
 #include "tracepool/tracepool.h"
@@ -141,6 +142,15 @@ py::str take_string(char* text) {
   PyObject* decoded = PyUnicode_DecodeUTF8(s, static_cast<Py_ssize_t>(std::strlen(s)), "replace");
   if (decoded == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::str>(decoded);
+}
+
+// The bytes of a bytes object, which its caller keeps alive (and which cannot change) while they are read:
+// the library may read them without the GIL.
+std::string_view bytes_of(const py::bytes& b) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(b.ptr(), &data, &size) != 0) throw py::error_already_set();
+  return {data, static_cast<size_t>(size)};
 }
 
 // tracepool_report_options_t over strings that outlive it (the caller's arguments).
@@ -421,13 +431,9 @@ PYBIND11_MODULE(_tracepool, m) {
       [](const py::bytes& saved, const std::string& format, int top, const std::optional<std::string>& name) {
         report_options options(&format, std::nullopt, top);
         if (name) options.c.name = c_text(*name, "name");
-        char* json = nullptr;
-        Py_ssize_t size = 0;
-        if (PyBytes_AsStringAndSize(saved.ptr(), &json, &size) != 0) throw py::error_already_set();
+        const std::string_view json = bytes_of(saved);
         char* text = nullptr;
-        // `saved` is immutable and referenced by the caller until this returns: read without the GIL.
-        call_without_gil(
-            [&] { return tracepool_render_report(json, static_cast<size_t>(size), &options.c, &text); });
+        call_without_gil([&] { return tracepool_render_report(json.data(), json.size(), &options.c, &text); });
         return take_string(text);
       },
       py::arg("json"), py::arg("format") = "text", py::arg("top") = 0, py::arg("name") = py::none(),
@@ -440,11 +446,9 @@ PYBIND11_MODULE(_tracepool, m) {
         std::vector<const char*> texts, labels;
         std::vector<size_t> sizes;
         for (size_t i = 0; i < saved.size(); ++i) {
-          char* data = nullptr;
-          Py_ssize_t size = 0;
-          if (PyBytes_AsStringAndSize(saved[i].ptr(), &data, &size) != 0) throw py::error_already_set();
-          texts.push_back(data);
-          sizes.push_back(static_cast<size_t>(size));
+          const std::string_view text = bytes_of(saved[i]);
+          texts.push_back(text.data());
+          sizes.push_back(text.size());
           labels.push_back(c_text(names[i], "name"));
         }
         char* page = nullptr;
@@ -460,11 +464,8 @@ PYBIND11_MODULE(_tracepool, m) {
       "write_file",
       [](const std::string& path, const py::bytes& data) {
         const char* where = c_text(path, "path");
-        char* bytes = nullptr;
-        Py_ssize_t size = 0;
-        if (PyBytes_AsStringAndSize(data.ptr(), &bytes, &size) != 0) throw py::error_already_set();
-        // `data` is immutable and referenced by the caller until this returns: read without the GIL.
-        call_without_gil([&] { return tracepool_write_file(where, bytes, static_cast<size_t>(size)); });
+        const std::string_view bytes = bytes_of(data);
+        call_without_gil([&] { return tracepool_write_file(where, bytes.data(), bytes.size()); });
       },
       py::arg("path"), py::arg("data"),
       "Writes bytes where a report may go: a new or regular file replaced atomically, a character "
@@ -472,11 +473,9 @@ PYBIND11_MODULE(_tracepool, m) {
   m.def(
       "printable",
       [](const py::bytes& text) {
-        char* bytes = nullptr;
-        Py_ssize_t size = 0;
-        if (PyBytes_AsStringAndSize(text.ptr(), &bytes, &size) != 0) throw py::error_already_set();
+        const std::string_view bytes = bytes_of(text);
         char* shown = nullptr;
-        check(tracepool_printable(bytes, static_cast<size_t>(size), &shown));
+        check(tracepool_printable(bytes.data(), bytes.size(), &shown));
         return take_string(shown);  // UTF-8 by construction
       },
       py::arg("text"), "Bytes as the text report shows them (Note [Printable text]): control characters escaped.");
@@ -490,13 +489,11 @@ PYBIND11_MODULE(_tracepool, m) {
       "write_file_or_fallback",
       [](const std::string& path, const py::bytes& data) {
         const char* where = c_text(path, "path");
-        char* bytes = nullptr;
-        Py_ssize_t size = 0;
-        if (PyBytes_AsStringAndSize(data.ptr(), &bytes, &size) != 0) throw py::error_already_set();
+        const std::string_view bytes = bytes_of(data);
         char* written = nullptr;
         std::string why;
         call_without_gil([&] {
-          const int rc = tracepool_write_file_or_fallback(where, bytes, static_cast<size_t>(size), &written);
+          const int rc = tracepool_write_file_or_fallback(where, bytes.data(), bytes.size(), &written);
           if (rc == TRACEPOOL_OK && written != nullptr && std::strcmp(written, where) != 0) why = tracepool_last_error();
           return rc;
         });

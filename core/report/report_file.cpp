@@ -258,6 +258,13 @@ std::string temporary_name(const std::string& path) {
   return beside(path, suffix);
 }
 
+// write_all, then flushed to disk: the content of a file about to be named.
+status write_and_sync(int fd, const std::string& path, const void* data, size_t size, const writer& w) {
+  if (status s = write_all(fd, path, data, size, w); s != status::ok) return s;
+  if (::fsync(fd) != 0) return fail(status::invalid_argument, "cannot write %s: %s", path.c_str(), std::strerror(errno));
+  return status::ok;
+}
+
 // A replaced report keeps the mode of the one it replaces (a 0600 report stays 0600) and its group where
 // the process may set it (root keeps its owner too); a new file gets 0666 less the umask, as open() gives.
 void take_mode(int fd, const struct ::stat* replaced) {
@@ -285,9 +292,7 @@ status replace_through_mkstemp(const std::string& path, const struct ::stat* rep
   const int fd = mkstemp(temp.data());  // O_CREAT | O_EXCL: never opens an existing file or link
   if (fd < 0) return fail(status::invalid_argument, "cannot create %s: %s", temp.c_str(), std::strerror(errno));
   take_mode(fd, replaced);
-  status s = write_all(fd, temp, data, size, w);
-  if (s == status::ok && ::fsync(fd) != 0)
-    s = fail(status::invalid_argument, "cannot write %s: %s", temp.c_str(), std::strerror(errno));
+  status s = write_and_sync(fd, temp, data, size, w);
   ::close(fd);
   if (s != status::ok) {
     ::unlink(temp.c_str());
@@ -350,9 +355,7 @@ status replace_atomically(const std::string& path, const struct ::stat* replaced
     return fail(status::invalid_argument, "cannot create %s: %s", path.c_str(), std::strerror(e));
   }
   if (replaced != nullptr) take_mode(fd, replaced);
-  status s = write_all(fd, path, data, size, w);
-  if (s == status::ok && ::fsync(fd) != 0)
-    s = fail(status::invalid_argument, "cannot write %s: %s", path.c_str(), std::strerror(errno));
+  status s = write_and_sync(fd, path, data, size, w);
   if (s == status::ok) s = name_unnamed(fd, path, replaced, data, size, w);
   ::close(fd);
   return s;
@@ -419,9 +422,7 @@ status write_to_temporary_folder(const std::string& path, const void* data, size
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) continue;
     if (fd < 0) return fail(status::invalid_argument, "cannot create %s: %s", candidate.c_str(), std::strerror(errno));
-    status s = write_all(fd, candidate, data, size, writer{"reports"});
-    if (s == status::ok && ::fsync(fd) != 0)
-      s = fail(status::invalid_argument, "cannot write %s: %s", candidate.c_str(), std::strerror(errno));
+    status s = write_and_sync(fd, candidate, data, size, writer{"reports"});
     ::close(fd);
     if (s != status::ok) {
       ::unlink(candidate.c_str());

@@ -1,7 +1,9 @@
 // report_support.h: reports written through the C API and read back as JSON or rendered, for the report tests.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -136,5 +138,27 @@ inline bool mentions(const json& entries, const std::string& function) {
       if (f["function"].get<std::string>().find(function) != std::string::npos) return true;
   return false;
 }
+
+#ifdef TRACEPOOL_EXIT_CHILD
+// Starts the exit-report child (tests/support/exit_report_child.c) with `env` as its whole environment and
+// its stdout to a new pipe, whose reading end goes to *out_fd. Returns its pid, or -1.
+inline pid_t spawn_exit_child(std::vector<std::string> env, int* out_fd) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return -1;
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, p[1], 1);
+  char* argv[] = {const_cast<char*>(TRACEPOOL_EXIT_CHILD), nullptr};
+  pid_t pid = -1;
+  if (posix_spawn(&pid, TRACEPOOL_EXIT_CHILD, &actions, nullptr, argv, envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(p[1]);
+  *out_fd = p[0];
+  return pid;
+}
+#endif
 
 }  // namespace tracepool::testing

@@ -334,23 +334,9 @@ const std::vector<int> kill_moments = sanitized ? std::vector<int>{-1, 0, 5} : s
 
 // The exit-report child leaking big_report_sites sites, stdout to a pipe (*out_fd).
 pid_t spawn_big_child(const std::string& report, int* out_fd) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return -1;
-  std::vector<std::string> env = {"TRACEPOOL_CONF=backend:host", "TRACEPOOL_REPORT=" + report,
-                                  "TRACEPOOL_CHILD_SITES=" + std::to_string(big_report_sites)};
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, p[1], 1);
-  char* argv[] = {const_cast<char*>(TRACEPOOL_EXIT_CHILD), nullptr};
-  pid_t pid = -1;
-  if (posix_spawn(&pid, TRACEPOOL_EXIT_CHILD, &actions, nullptr, argv, envp.data()) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(p[1]);
-  *out_fd = p[0];
-  return pid;
+  return tracepool::testing::spawn_exit_child({"TRACEPOOL_CONF=backend:host", "TRACEPOOL_REPORT=" + report,
+                                               "TRACEPOOL_CHILD_SITES=" + std::to_string(big_report_sites)},
+                                              out_fd);
 }
 
 // Whether `pid` has a file under `dir` open (the report being written, named or not).

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,28 +146,17 @@ TEST(ReportFallback, WhatCannotGoToItsPathGoesToTheTemporaryFolderPrivately) {
 
 // The exit-report child, waiting (TRACEPOOL_CHILD_WAIT) after it leaked; SIGTERM once it says so.
 int terminated_child(const std::string& report, const std::string& extra_env, std::string* said) {
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return -1;
   std::vector<std::string> env = {"TRACEPOOL_CONF=backend:host", "TRACEPOOL_REPORT=" + report, "TRACEPOOL_CHILD_WAIT=1"};
   if (!extra_env.empty()) env.push_back(extra_env);
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  char* argv[] = {const_cast<char*>(TRACEPOOL_EXIT_CHILD), nullptr};
-  pid_t pid = -1;
-  if (posix_spawn(&pid, TRACEPOOL_EXIT_CHILD, &actions, nullptr, argv, envp.data()) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
+  int out = -1;
+  const pid_t pid = tracepool::testing::spawn_exit_child(env, &out);
   char buf[64] = {};
-  const ssize_t n = pid > 0 ? ::read(out[0], buf, sizeof buf - 1) : 0;
+  const ssize_t n = pid > 0 ? ::read(out, buf, sizeof buf - 1) : 0;
   *said = std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
   if (pid > 0) ::kill(pid, SIGTERM);
   int wstatus = 0;
   if (pid > 0) ::waitpid(pid, &wstatus, 0);
-  ::close(out[0]);
+  ::close(out);
   return wstatus;
 }
 
