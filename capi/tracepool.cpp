@@ -244,6 +244,11 @@ int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* free_bytes, size
 int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes) {
   return guarded("tracepool_set_limit", [&] {
     if (tp == nullptr) return null_handle("tracepool_set_limit");
+    if (bytes > core::max_byte_size)
+      return tracepool::fail(status::invalid_argument,
+                             "tracepool_set_limit: %zu bytes is more than a report can hold (at most %zu); 0 removes "
+                             "the limit",
+                             bytes, core::max_byte_size);
     return tp->impl->set_limit(device, bytes);
   });
 }

@@ -208,6 +208,39 @@ TEST_F(CApi, PrivatePoolRoundTripAndBadCalls) {
   EXPECT_EQ(tracepool_validate(tp), TRACEPOOL_OK) << error();
 }
 
+// Reports carry byte counts as int64: a limit past INT64_MAX would make every report unreadable.
+TEST_F(CApi, SetLimitRefusesWhatNoReportCanHold) {
+  ASSERT_EQ(tracepool_set_limit(tp, 0, 64u << 20), TRACEPOOL_OK);
+  for (size_t bytes : {size_t{1} << 63, SIZE_MAX}) {
+    EXPECT_EQ(tracepool_set_limit(tp, 0, bytes), TRACEPOOL_ERR_INVALID_ARGUMENT) << bytes;
+    EXPECT_NE(error().find("tracepool_set_limit: " + std::to_string(bytes) + " bytes is more than"), std::string::npos)
+        << error();
+    EXPECT_EQ(stats().limit_bytes, 64u << 20) << "a refused limit changes nothing";
+  }
+  ASSERT_EQ(tracepool_set_limit(tp, -1, size_t{INT64_MAX}), TRACEPOOL_OK) << error();
+  EXPECT_EQ(stats().limit_bytes, uint64_t{INT64_MAX});
+}
+
+// The largest sizes accepted still make reports that read back; one byte more is refused up front.
+TEST(CApiSizes, TheLargestConfiguredSizesMakeReadableReports) {
+  tracepool_t* tp = nullptr;
+  EXPECT_EQ(tracepool_create("backend:host,limit:9223372036854775808", &tp), TRACEPOOL_ERR_BAD_CONFIG);
+  EXPECT_EQ(tracepool_create("backend:host,host_capacity:9223372036854775808", &tp), TRACEPOOL_ERR_BAD_CONFIG);
+  ASSERT_EQ(tracepool_create("backend:host,limit:9223372036854775807,host_capacity:9223372036854775807", &tp),
+            TRACEPOOL_OK)
+      << tracepool_last_error();
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK) << tracepool_last_error();
+  char* json = nullptr;
+  ASSERT_EQ(tracepool_report_string(tp, "json", &json), TRACEPOOL_OK) << tracepool_last_error();
+  char* text = nullptr;
+  EXPECT_EQ(tracepool_render_report(json, std::strlen(json), nullptr, &text), TRACEPOOL_OK) << tracepool_last_error();
+  tracepool_string_free(text);
+  tracepool_string_free(json);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
 TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
   tracepool_t* a = tracepool_default();
   ASSERT_NE(a, nullptr) << tracepool_last_error();

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "base/config.h"
@@ -102,6 +103,31 @@ TEST(Config, ByteSizes) {
   EXPECT_FALSE(parse_bytes("12 parsecs", &n));
   EXPECT_FALSE(parse_bytes("", &n));
   EXPECT_FALSE(parse_bytes("1e30", &n));
+}
+
+// Reports carry byte counts as int64: a size beyond INT64_MAX would come back negative, and the reader
+// refuses it. Every byte-size key stops there, and takes a decimal integer exactly (not through a double).
+TEST(Config, ByteSizesStopWhereAReportCanHoldThem) {
+  const char* keys[] = {"limit", "host_capacity", "host_outside", "fail_above"};
+  for (const char* key : keys) {
+    for (const char* value : {"9223372036854775808", "18446744073709551615", "8388608TiB", "9.3e18"}) {
+      config c;
+      const std::string text = std::string("backend:host,") + key + ":" + value;
+      EXPECT_EQ(parse_config(text.c_str(), &c), status::bad_config) << text;
+      EXPECT_NE(std::string(last_error()).find(std::string("for '") + key + "'"), std::string::npos) << last_error();
+      EXPECT_NE(std::string(last_error()).find("at most 9223372036854775807"), std::string::npos) << last_error();
+    }
+  }
+  config c;
+  ASSERT_EQ(parse_config("backend:host,limit:9223372036854775807,host_capacity:9223372036854775807,"
+                         "host_outside:9007199254740993,fail_above:8388607TiB",
+                         &c),
+            status::ok)
+      << last_error();
+  EXPECT_EQ(c.limit, size_t{INT64_MAX});
+  EXPECT_EQ(c.host.capacity, size_t{INT64_MAX});
+  EXPECT_EQ(c.host.outside, size_t{9007199254740993u}) << "2^53 + 1: exact, where a double would round it";
+  EXPECT_EQ(c.host.fail_above, size_t{8388607} << 40);
 }
 
 }  // namespace tracepool::core

@@ -109,7 +109,9 @@ TRACEPOOL_API int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stre
 TRACEPOOL_API int tracepool_empty_cache(tracepool_t* tp, int device);
 /* Device memory as the driver sees it (like cudaMemGetInfo). */
 TRACEPOOL_API int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* free_bytes, size_t* total_bytes);
-/* Caps the bytes `device` may reserve (0 removes the cap; -1: all devices). */
+/* Caps the bytes `device` may reserve (0 removes the cap; -1: all devices). More than INT64_MAX bytes
+ * is TRACEPOOL_ERR_INVALID_ARGUMENT: reports carry byte counts as int64 (TRACEPOOL_CONF's byte sizes
+ * stop there too). */
 TRACEPOOL_API int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes);
 
 /* ---- Private pools: a CUDA graph's memory, a scoped pool (PyTorch's MemPool) --------------------
