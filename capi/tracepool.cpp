@@ -16,6 +16,7 @@
 
 #include "allocator.h"
 #include "base/config.h"
+#include "base/excerpt.h"
 #include "base/fork_guard.h"
 #include "base/status.h"
 #include "handle.h"
@@ -186,7 +187,7 @@ int tracepool_configure_default(const char* conf) {
       return tracepool::fail(status::invalid_argument,
                              "tracepool_configure_default('%s'): the default instance already exists, configured "
                              "with '%s'; configure it before its first use",
-                             text.c_str(), d.conf.c_str());
+                             core::excerpt(text).c_str(), core::excerpt(d.conf).c_str());
     d.configured = true;
     d.conf = text;
     return status::ok;

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <map>
+
+#include "base/excerpt.h"
 
 namespace tracepool::core {
 
@@ -51,8 +54,8 @@ std::string capture_mode_list(const char* separator, const char* last_separator)
 }
 
 status bad_value(const std::string& key, const std::string& value, const char* wanted) {
-  return fail(status::bad_config, "TRACEPOOL_CONF: bad value '%s' for '%s': expected %s", value.c_str(), key.c_str(),
-              wanted);
+  return fail(status::bad_config, "TRACEPOOL_CONF: bad value '%s' for '%s': expected %s", excerpt(value).c_str(),
+              excerpt(key).c_str(), wanted);
 }
 
 status apply(const std::string& key, const std::string& value, config* c) {
@@ -122,7 +125,8 @@ status apply(const std::string& key, const std::string& value, config* c) {
     else if (value == "off") c->oom_report = false;
     else return bad_value(key, value, "stderr or off");
   } else {
-    return fail(status::bad_config, "TRACEPOOL_CONF: unknown key '%s'; known keys: %s", key.c_str(), config_help());
+    return fail(status::bad_config, "TRACEPOOL_CONF: unknown key '%s'; known keys: %s", excerpt(key).c_str(),
+                config_help());
   }
   return status::ok;
 }
@@ -185,6 +189,7 @@ const char* config_help() {
 status parse_config(const char* text, config* out) {
   config c = *out;
   const std::string all = text == nullptr ? std::string() : std::string(text);
+  std::map<std::string, std::string> given;  // key -> value: a key given twice is an error, not last-wins
   size_t start = 0;
   while (start <= all.size()) {
     size_t comma = all.find(',', start);
@@ -194,8 +199,12 @@ status parse_config(const char* text, config* out) {
     if (item.empty()) continue;
     const size_t colon = item.find(':');
     if (colon == std::string::npos)
-      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is not key:value", item.c_str());
-    if (status s = apply(trim(item.substr(0, colon)), trim(item.substr(colon + 1)), &c); s != status::ok) return s;
+      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is not key:value", excerpt(item).c_str());
+    const std::string key = trim(item.substr(0, colon)), value = trim(item.substr(colon + 1));
+    if (const auto [earlier, first] = given.emplace(key, value); !first)
+      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is given twice ('%s', then '%s'); give each key once",
+                  excerpt(key).c_str(), excerpt(earlier->second).c_str(), excerpt(value).c_str());
+    if (status s = apply(key, value, &c); s != status::ok) return s;
   }
   const bool faults = c.host.fail_alloc != 0 || c.host.fail_call != 0 || c.host.fail_above != 0;
   if (faults && c.backend != backend_choice::host)

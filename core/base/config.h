@@ -85,7 +85,8 @@ struct config {
   const void* own_code = nullptr;
 };
 
-// Parses `text` (nullptr or "" gives the defaults). On failure *out is unchanged.
+// Parses `text` (nullptr or "" gives the defaults) over *out: a key of `text` replaces what *out had,
+// but `text` itself may give each key once. On failure *out is unchanged.
 status parse_config(const char* text, config* out);
 
 // A byte size: "4096", "512KiB", "1.5GiB", "20MB" (KiB/MiB/GiB/K/M/G are powers of 1024; KB/MB/GB of 1000),

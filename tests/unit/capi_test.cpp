@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tracepool/tracepool.h"
 
@@ -241,6 +242,43 @@ TEST(CApiSizes, TheLargestConfiguredSizesMakeReadableReports) {
   tracepool_destroy(tp);
 }
 
+// Errors about report options name what the caller gave (the format, the reason, top) and what was
+// expected, not the C struct's fields, and quote it harmlessly.
+TEST_F(CApi, ReportOptionErrorsSpeakTheCallersWords) {
+  std::vector<std::string> errors;
+  char* out = nullptr;
+  EXPECT_EQ(tracepool_report_string(tp, "xml", &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("tracepool_report_string: unknown report format 'xml': expected one of json, text, html"),
+            std::string::npos)
+      << error();
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  o.format = "\x1b[2J";
+  EXPECT_EQ(tracepool_render_report("{}", 2, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("unknown report format '\\x1b[2J'"), std::string::npos) << error();
+  EXPECT_EQ(error().find('\x1b'), std::string::npos) << error();
+  o.format = nullptr;
+  o.top = -1;
+  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("top is -1"), std::string::npos) << error();
+  o.top = 0;
+  o.reason = "";
+  EXPECT_EQ(tracepool_write_report_with(tp, "/dev/null", &o), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("a report's reason must be 1 to 64 bytes"), std::string::npos) << error();
+  o.reason = "oom";
+  EXPECT_EQ(tracepool_write_report_with(tp, "/dev/null", &o), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  o.reason = nullptr;
+  o.size = 3;
+  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  for (const std::string& e : errors) EXPECT_EQ(e.find("options->"), std::string::npos) << e;
+}
+
 TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
   tracepool_t* a = tracepool_default();
   ASSERT_NE(a, nullptr) << tracepool_last_error();
@@ -249,6 +287,18 @@ TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
   void* p = nullptr;
   ASSERT_EQ(tracepool_malloc(a, 64, 0, nullptr, &p), TRACEPOOL_OK);
   ASSERT_EQ(tracepool_free(a, p, nullptr), TRACEPOOL_OK);
+}
+
+// tracepool_configure_default quotes both configuration texts when it refuses: capped and escaped.
+TEST(CApiDefault, ARefusedReconfigurationQuotesBothTextsHarmlessly) {
+  ASSERT_NE(tracepool_default(), nullptr) << tracepool_last_error();
+  const std::string conf = "backend:host,\t" + std::string(100000, ' ') + "oom_report:off";
+  EXPECT_EQ(tracepool_configure_default(conf.c_str()), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  const std::string e = tracepool_last_error();
+  EXPECT_LT(e.size(), 1024u) << e.substr(0, 300);
+  EXPECT_NE(e.find("'backend:host,\\x09     "), std::string::npos) << e.substr(0, 300);
+  EXPECT_NE(e.find("... (100028 bytes)'"), std::string::npos) << e.substr(0, 300);
+  EXPECT_EQ(e.find('\t'), std::string::npos) << e.substr(0, 300);
 }
 
 TEST(CApiTorch, EntryPointsUseTheDefaultInstance) {

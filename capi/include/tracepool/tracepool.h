@@ -223,7 +223,8 @@ TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, c
  * a NULL options pointer means every default. A caller built against an older, smaller struct gets
  * the defaults of the fields it does not have; a larger struct (a newer header) is accepted only if
  * the fields this library does not know are zero. Bad options are TRACEPOOL_ERR_INVALID_ARGUMENT with
- * a message naming the field. */
+ * a message that says what was wrong in the caller's terms ("unknown report format 'xml': expected
+ * one of json, text, html"), quoting at most 64 bytes of it with control characters shown as \xNN. */
 typedef struct tracepool_report_options {
   size_t size;
   const char* reason; /* why it is made, recorded in the report: NULL gives "demand". UTF-8, 1 to 64
