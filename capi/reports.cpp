@@ -24,7 +24,7 @@ namespace {
 using tracepool::capi::code;
 using tracepool::capi::copy_out;
 using tracepool::capi::guarded;
-using tracepool::capi::null_handle;
+using tracepool::capi::check_handle;
 
 // tracepool_report_options_t, checked and with its defaults filled in.
 struct report_request {
@@ -110,7 +110,7 @@ int tracepool_write_report(tracepool_t* tp, const char* path, const char* format
 
 int tracepool_write_report_with(tracepool_t* tp, const char* path, const tracepool_report_options_t* options) {
   return guarded("tracepool_write_report", [&] {
-    if (tp == nullptr) return null_handle("tracepool_write_report");
+    if (status s = check_handle(tp, "tracepool_write_report"); s != status::ok) return s;
     report_request q;
     if (status s = read_options("tracepool_write_report", options, &q); s != status::ok) return s;
     core::report r;
@@ -133,7 +133,7 @@ int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
 
 int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options_t* options, char** out) {
   return guarded("tracepool_report_string", [&] {
-    if (tp == nullptr) return null_handle("tracepool_report_string");
+    if (status s = check_handle(tp, "tracepool_report_string"); s != status::ok) return s;
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_string: out is NULL");
     *out = nullptr;
     report_request q;
@@ -192,7 +192,7 @@ void tracepool_string_free(char* s) { std::free(s); }
 
 int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format) {
   return guarded("tracepool_write_oom_report", [&] {
-    if (tp == nullptr) return null_handle("tracepool_write_oom_report");
+    if (status s = check_handle(tp, "tracepool_write_oom_report"); s != status::ok) return s;
     return tp->oom->write_last(path, format);
   });
 }

@@ -4,6 +4,11 @@
  * TRACEPOOL_ERR_* code on failure; tracepool_last_error() then holds a message for the calling thread
  * that says what was wrong. A failed call changes nothing. No function throws or aborts.
  *
+ * Handles: a function given a handle that is not live (destroyed already, or never returned by
+ * tracepool_create or tracepool_default) returns TRACEPOOL_ERR_INVALID_ARGUMENT ("tracepool_malloc:
+ * handle 0x... is not a live tracepool (destroyed, or never created)") and never follows it; NULL is
+ * refused so too. An address that a later tracepool_create returns is that new instance.
+ *
  * Thread safety: every function may be called from any thread at any time, except that
  * tracepool_destroy() must not race with other calls on the same handle.
  *
@@ -86,10 +91,12 @@ typedef struct tracepool_stats {
 /* The process-wide instance, configured from TRACEPOOL_CONF on first call. NULL if that failed
  * (tracepool_last_error() says why, on the calling thread); later calls return the same result. */
 TRACEPOOL_API tracepool_t* tracepool_default(void);
-/* A new instance configured from `conf` ("key:value,key:value"; NULL or "" for defaults). */
+/* A new instance configured from `conf` ("key:value,key:value"; NULL or "" for defaults). At most 1024
+ * instances are live at once: more is TRACEPOOL_ERR_INVALID_ARGUMENT. */
 TRACEPOOL_API int tracepool_create(const char* conf, tracepool_t** out);
 /* Frees every segment and the handle. Blocks still handed out become invalid. NULL is a no-op.
- * Destroying tracepool_default() is refused (it is a no-op). */
+ * Destroying tracepool_default() is refused (it is a no-op). A handle that is not live (destroyed
+ * already, or never created) is left alone, and tracepool_last_error() says so. */
 TRACEPOOL_API void tracepool_destroy(tracepool_t* tp);
 
 /* ---- Allocation (stream-ordered; a stream is a cudaStream_t / CUstream, NULL = default) ------- */
@@ -161,7 +168,7 @@ TRACEPOOL_API int tracepool_reset_peak_stats(tracepool_t* tp, int device);      
 TRACEPOOL_API int tracepool_reset_accumulated_stats(tracepool_t* tp, int device); /* allocated, freed, num_* = 0 */
 /* Number of devices this instance manages. */
 TRACEPOOL_API int tracepool_device_count(tracepool_t* tp, int* out);
-/* Name of the backend in use: "cuda" or "host". */
+/* Name of the backend in use: "cuda" or "host"; "" for a handle that is not live (the last error says so). */
 TRACEPOOL_API const char* tracepool_backend_name(tracepool_t* tp);
 /* Checks every internal invariant; TRACEPOOL_ERR_INTERNAL with the broken one named if any fails. */
 TRACEPOOL_API int tracepool_validate(tracepool_t* tp);
