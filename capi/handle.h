@@ -1,6 +1,6 @@
 // handle.h: what a tracepool_t is, how a function checks the handle it was given, and the C ABI's one
-// way of running a body (every exception becomes a status). For the C API (tracepool.cpp) and the host plugins compiled into the same
-// library (plugins/), which reach core through it; never installed.
+// way of running a body (every exception becomes a status). For the C API (tracepool.cpp) and the host
+// plugins compiled into the same library (plugins/), which reach core through it; never installed.
 #pragma once
 
 #include <cstdlib>

@@ -21,10 +21,10 @@ namespace core = tracepool::core;
 
 namespace {
 
+using tracepool::capi::check_handle;
 using tracepool::capi::code;
 using tracepool::capi::copy_out;
 using tracepool::capi::guarded;
-using tracepool::capi::check_handle;
 
 // tracepool_report_options_t, checked and with its defaults filled in.
 struct report_request {
@@ -73,24 +73,24 @@ status read_options(const char* what, const tracepool_report_options_t* options,
       return tracepool::fail(status::invalid_argument, "%s: the report's reason is not UTF-8", what);
     for (size_t i = 0; i < n; ++i)
       if (static_cast<unsigned char>(o.reason[i]) < 0x20 || o.reason[i] == 0x7f)
-        return tracepool::fail(status::invalid_argument, "%s: the report's reason has a control character at byte %zu",
-                               what, i);
+        return tracepool::fail(status::invalid_argument,
+                               "%s: the report's reason has a control character at byte %zu", what, i);
     if (std::strcmp(o.reason, "oom") == 0)
       return tracepool::fail(status::invalid_argument,
-                             "%s: the report's reason 'oom' is the library's own, for the report of a failed allocation "
-                             "(tracepool_write_oom_report)",
+                             "%s: the report's reason 'oom' is the library's own, for the report of a failed "
+                             "allocation (tracepool_write_oom_report)",
                              what);
     out->reason = o.reason;
   }
   if (o.format != nullptr) {
     if (std::strcmp(o.format, "json") != 0 && std::strcmp(o.format, "text") != 0 && std::strcmp(o.format, "html") != 0)
-      return tracepool::fail(status::invalid_argument, "%s: unknown report format '%s': expected one of json, text, html",
-                             what, core::excerpt(o.format).c_str());
+      return tracepool::fail(status::invalid_argument,
+                             "%s: unknown report format '%s': expected one of json, text, html", what,
+                             core::excerpt(o.format).c_str());
     out->format = o.format;
   }
   if (o.top < 0)
-    return tracepool::fail(status::invalid_argument, "%s: top is %d: expected 0 (10 sites) or more", what,
-                           o.top);
+    return tracepool::fail(status::invalid_argument, "%s: top is %d: expected 0 (10 sites) or more", what, o.top);
   if (o.top > 0) out->top = static_cast<size_t>(o.top);
   if (size >= offsetof(tracepool_report_options_t, name) + sizeof o.name) out->name = o.name;
   if (size >= offsetof(tracepool_report_options_t, addresses) + sizeof o.addresses) out->addresses = o.addresses != 0;

@@ -32,8 +32,8 @@ namespace core = tracepool::core;
 
 namespace {
 
-using tracepool::capi::guarded;
 using tracepool::capi::check_handle;
+using tracepool::capi::guarded;
 
 status create(const char* what, const char* conf, tracepool_t** out) {
   core::config cfg;

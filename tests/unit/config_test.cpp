@@ -146,7 +146,8 @@ TEST(Config, ErrorsQuoteAShortAndHarmlessExcerpt) {
   const std::string long_key(100 * 1024, 'k');
   EXPECT_EQ(parse_config((long_key + ":1").c_str(), &c), status::bad_config);
   std::string e = last_error();
-  EXPECT_NE(e.find("unknown key '" + std::string(64, 'k') + "... (102400 bytes)'"), std::string::npos) << e.substr(0, 200);
+  EXPECT_NE(e.find("unknown key '" + std::string(64, 'k') + "... (102400 bytes)'"), std::string::npos)
+      << e.substr(0, 200);
   EXPECT_LT(e.size(), 2048u);
   const std::string long_value(100 * 1024, '9');
   EXPECT_EQ(parse_config(("limit:" + long_value).c_str(), &c), status::bad_config);
