@@ -1,6 +1,6 @@
-// handle.h: what a tracepool_t is, and the C ABI's one way of running a body (every exception
-// becomes a status). For the C API (tracepool.cpp) and the host plugins compiled into the same
-// library (plugins/), which reach core through it; never installed.
+// handle.h: what a tracepool_t is, how a function checks the handle it was given, and the C ABI's one
+// way of running a body (every exception becomes a status). For the C API (tracepool.cpp) and the host
+// plugins compiled into the same library (plugins/), which reach core through it; never installed.
 #pragma once
 
 #include <cstdlib>
@@ -12,13 +12,13 @@
 
 #include "allocator.h"
 #include "base/status.h"
+#include "handle_registry.h"
 #include "report/oom_reporter.h"
 #include "tracepool/tracepool.h"
 
 struct tracepool_s {
   std::unique_ptr<tracepool::core::oom_reporter> oom;  // subscribed to impl, so declared first: outlives it
   std::unique_ptr<tracepool::core::allocator> impl;
-  bool is_default = false;
 };
 
 namespace tracepool::capi {
@@ -39,7 +39,16 @@ int guarded(const char* what, Body&& body) noexcept {
   }
 }
 
-inline status null_handle(const char* what) { return fail(status::invalid_argument, "%s: handle is NULL", what); }
+// Every function that takes a handle checks it first: NULL, or an address that is not a live instance
+// (destroyed, or never created), is an error naming the function, and is never followed (Note [Live
+// handles] in handle_registry.h).
+inline status check_handle(const tracepool_t* tp, const char* what) {
+  if (tp == nullptr) return fail(status::invalid_argument, "%s: handle is NULL", what);
+  if (!live_handles.contains(tp))
+    return fail(status::invalid_argument, "%s: handle %p is not a live tracepool (destroyed, or never created)", what,
+                static_cast<const void*>(tp));
+  return status::ok;
+}
 
 // A copy the caller releases with tracepool_string_free.
 inline status copy_out(const std::string& text, char** out) {

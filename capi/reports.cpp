@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/excerpt.h"
 #include "base/status.h"
 #include "base/utf8.h"
 #include "base/printable.h"
@@ -21,10 +22,10 @@ namespace core = tracepool::core;
 
 namespace {
 
+using tracepool::capi::check_handle;
 using tracepool::capi::code;
 using tracepool::capi::copy_out;
 using tracepool::capi::guarded;
-using tracepool::capi::null_handle;
 
 // tracepool_report_options_t, checked and with its defaults filled in.
 struct report_request {
@@ -46,57 +47,51 @@ constexpr size_t report_options_v1 = offsetof(tracepool_report_options_t, top) +
 constexpr size_t report_options_most = 4096;  // a larger size is not a struct size but a mistake
 constexpr size_t reason_most = 64;
 
-// A text of at most `most` bytes, or a note that it was cut, for a message quoting a caller's string.
-std::string quoted(const char* text, size_t most = 32) {
-  const std::string s(text, strnlen(text, most + 1));
-  return s.size() > most ? s.substr(0, most) + "..." : s;
-}
-
 status read_options(const char* what, const tracepool_report_options_t* options, report_request* out) {
   if (options == nullptr) return status::ok;
   const size_t size = options->size;
   if (size < report_options_v1 || size > report_options_most)
     return tracepool::fail(status::invalid_argument,
-                           "%s: options->size is %zu; zero the struct and set size = sizeof(tracepool_report_options_t), "
-                           "%zu",
+                           "%s: the options struct says its size is %zu; zero it and set size = "
+                           "sizeof(tracepool_report_options_t), %zu",
                            what, size, sizeof(tracepool_report_options_t));
   // Fields of a newer header that this library does not know must be left zero: they would be ignored.
   const auto* bytes = reinterpret_cast<const unsigned char*>(options);
   for (size_t i = sizeof(tracepool_report_options_t); i < size; ++i)
     if (bytes[i] != 0)
       return tracepool::fail(status::invalid_argument,
-                             "%s: options->size is %zu, and byte %zu is set: a field this tracepool (struct of %zu "
-                             "bytes) does not know",
+                             "%s: the options struct says its size is %zu, and its byte %zu is set: a field this "
+                             "tracepool (struct of %zu bytes) does not know",
                              what, size, i, sizeof(tracepool_report_options_t));
   tracepool_report_options_t o{};
   std::memcpy(&o, options, size < sizeof o ? size : sizeof o);
   if (o.reason != nullptr) {
     const size_t n = strnlen(o.reason, reason_most + 1);
     if (n == 0 || n > reason_most)
-      return tracepool::fail(status::invalid_argument, "%s: options->reason must be 1 to %zu bytes, not %s", what,
+      return tracepool::fail(status::invalid_argument, "%s: a report's reason must be 1 to %zu bytes, not %s", what,
                              reason_most, n == 0 ? "empty" : "longer");
     if (!core::is_utf8(o.reason, n))
-      return tracepool::fail(status::invalid_argument, "%s: options->reason is not UTF-8", what);
+      return tracepool::fail(status::invalid_argument, "%s: the report's reason is not UTF-8", what);
     for (size_t i = 0; i < n; ++i)
       if (static_cast<unsigned char>(o.reason[i]) < 0x20 || o.reason[i] == 0x7f)
-        return tracepool::fail(status::invalid_argument, "%s: options->reason has a control character at byte %zu",
-                               what, i);
+        return tracepool::fail(status::invalid_argument,
+                               "%s: the report's reason has a control character at byte %zu", what, i);
     if (std::strcmp(o.reason, "oom") == 0)
       return tracepool::fail(status::invalid_argument,
-                             "%s: options->reason 'oom' is the library's own, for the report of a failed allocation "
-                             "(tracepool_write_oom_report)",
+                             "%s: the report's reason 'oom' is the library's own, for the report of a failed "
+                             "allocation (tracepool_write_oom_report)",
                              what);
     out->reason = o.reason;
   }
   if (o.format != nullptr) {
     if (std::strcmp(o.format, "json") != 0 && std::strcmp(o.format, "text") != 0 && std::strcmp(o.format, "html") != 0)
-      return tracepool::fail(status::invalid_argument, "%s: options->format '%s': expected json, text, html or NULL",
-                             what, quoted(o.format).c_str());
+      return tracepool::fail(status::invalid_argument,
+                             "%s: unknown report format '%s': expected one of json, text, html", what,
+                             core::excerpt(o.format).c_str());
     out->format = o.format;
   }
   if (o.top < 0)
-    return tracepool::fail(status::invalid_argument, "%s: options->top is %d: expected 0 (10 sites) or more", what,
-                           o.top);
+    return tracepool::fail(status::invalid_argument, "%s: top is %d: expected 0 (10 sites) or more", what, o.top);
   if (o.top > 0) out->top = static_cast<size_t>(o.top);
   if (size >= offsetof(tracepool_report_options_t, name) + sizeof o.name) out->name = o.name;
   if (size >= offsetof(tracepool_report_options_t, addresses) + sizeof o.addresses) out->addresses = o.addresses != 0;
@@ -116,7 +111,7 @@ int tracepool_write_report(tracepool_t* tp, const char* path, const char* format
 
 int tracepool_write_report_with(tracepool_t* tp, const char* path, const tracepool_report_options_t* options) {
   return guarded("tracepool_write_report", [&] {
-    if (tp == nullptr) return null_handle("tracepool_write_report");
+    if (status s = check_handle(tp, "tracepool_write_report"); s != status::ok) return s;
     report_request q;
     if (status s = read_options("tracepool_write_report", options, &q); s != status::ok) return s;
     core::report r;
@@ -129,7 +124,7 @@ int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
   if (format == nullptr) {  // this function always asked for a format
     if (out != nullptr) *out = nullptr;
     return code(tracepool::fail(status::invalid_argument,
-                                "tracepool_report_string: format '(null)': expected json, text or html"));
+                                "tracepool_report_string: no report format (NULL): expected one of json, text, html"));
   }
   tracepool_report_options_t options{};
   options.size = sizeof options;
@@ -139,7 +134,7 @@ int tracepool_report_string(tracepool_t* tp, const char* format, char** out) {
 
 int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options_t* options, char** out) {
   return guarded("tracepool_report_string", [&] {
-    if (tp == nullptr) return null_handle("tracepool_report_string");
+    if (status s = check_handle(tp, "tracepool_report_string"); s != status::ok) return s;
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_string: out is NULL");
     *out = nullptr;
     report_request q;
@@ -198,7 +193,7 @@ void tracepool_string_free(char* s) { std::free(s); }
 
 int tracepool_write_oom_report(tracepool_t* tp, const char* path, const char* format) {
   return guarded("tracepool_write_oom_report", [&] {
-    if (tp == nullptr) return null_handle("tracepool_write_oom_report");
+    if (status s = check_handle(tp, "tracepool_write_oom_report"); s != status::ok) return s;
     return tp->oom->write_last(path, format);
   });
 }

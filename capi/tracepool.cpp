@@ -16,6 +16,7 @@
 
 #include "allocator.h"
 #include "base/config.h"
+#include "base/excerpt.h"
 #include "base/fork_guard.h"
 #include "base/status.h"
 #include "exit_report.h"
@@ -26,15 +27,16 @@
 #include "trace/tags.h"
 
 using tracepool::status;
+namespace capi = tracepool::capi;
 namespace core = tracepool::core;
 
 
 namespace {
 
+using tracepool::capi::check_handle;
 using tracepool::capi::guarded;
-using tracepool::capi::null_handle;
 
-status create(const char* conf, bool is_default, tracepool_t** out) {
+status create(const char* what, const char* conf, tracepool_t** out) {
   core::config cfg;
   if (status s = core::parse_config(conf, &cfg); s != status::ok) return s;
   cfg.own_code = reinterpret_cast<const void*>(&tracepool_malloc);  // frames in this library are ours
@@ -42,7 +44,9 @@ status create(const char* conf, bool is_default, tracepool_t** out) {
   if (status s = core::allocator::create(cfg, &tp->impl); s != status::ok) return s;
   tp->oom = std::make_unique<core::oom_reporter>(*tp->impl, cfg.oom_report);
   if (status s = tp->impl->subscribe(tp->oom.get()); s != status::ok) return s;
-  tp->is_default = is_default;
+  if (!capi::live_handles.add(tp.get()))
+    return tracepool::fail(status::invalid_argument, "%s: %zu instances are live already; destroy one first", what,
+                           capi::handle_registry::most);
   *out = tp.release();
   return status::ok;
 }
@@ -91,8 +95,10 @@ struct default_state {
 default_state& default_slot() {
   static default_state* d = [] {
     auto* made = new default_state;
-    // Held while the instance is made, so taken before fork() like every tracepool lock (Note [Fork]).
+    // Held while the instance is made, so taken before fork() like every tracepool lock (Note [Fork]);
+    // the registry's lock is taken under it as the instance is added, so it comes next.
     core::register_fork_lock(&made->mutex);
+    core::register_fork_lock(&capi::live_handles.writers());
     return made;
   }();
   return *d;
@@ -141,7 +147,7 @@ tracepool_t* tracepool_default(void) {
       d.conf = env != nullptr ? env : "";
     }
     tracepool_t* tp = nullptr;
-    const int rc = guarded("tracepool_default", [&] { return create(d.conf.c_str(), true, &tp); });
+    const int rc = guarded("tracepool_default", [&] { return create("tracepool_default", d.conf.c_str(), &tp); });
     if (rc != TRACEPOOL_OK) d.failure = tracepool::last_error();
     const char* report = std::getenv("TRACEPOOL_REPORT");
     if (rc == TRACEPOOL_OK && report != nullptr && *report != '\0') tracepool::capi::arm_exit_report(tp, report);
@@ -163,7 +169,7 @@ int tracepool_configure_default(const char* conf) {
       return tracepool::fail(status::invalid_argument,
                              "tracepool_configure_default('%s'): the default instance already exists, configured "
                              "with '%s'; configure it before its first use",
-                             text.c_str(), d.conf.c_str());
+                             core::excerpt(text).c_str(), core::excerpt(d.conf).c_str());
     d.configured = true;
     d.conf = text;
     return status::ok;
@@ -174,53 +180,64 @@ int tracepool_create(const char* conf, tracepool_t** out) {
   return guarded("tracepool_create", [&] {
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_create: out is NULL");
     *out = nullptr;
-    return create(conf, false, out);
+    return create("tracepool_create", conf, out);
   });
 }
 
+// The default instance is judged by its address, as every handle (Note [Live handles]): a stale
+// handle is never read, and a second destroy finds it gone from the registry.
 void tracepool_destroy(tracepool_t* tp) {
-  if (tp == nullptr || tp->is_default) return;
+  if (tp == nullptr || tp == default_instance.load(std::memory_order_acquire)) return;
+  if (!capi::live_handles.remove(tp)) {
+    (void)check_handle(tp, "tracepool_destroy");  // says why in the last error
+    return;
+  }
   delete tp;
 }
 
 int tracepool_malloc(tracepool_t* tp, size_t size, int device, void* stream, void** out) {
   return guarded("tracepool_malloc", [&] {
-    if (tp == nullptr) return null_handle("tracepool_malloc");
+    if (status s = check_handle(tp, "tracepool_malloc"); s != status::ok) return s;
     return tp->impl->malloc(size, device, stream, out);
   });
 }
 
 int tracepool_free(tracepool_t* tp, void* ptr, void* /*stream*/) {
   return guarded("tracepool_free", [&] {
-    if (tp == nullptr) return null_handle("tracepool_free");
+    if (status s = check_handle(tp, "tracepool_free"); s != status::ok) return s;
     return tp->impl->free(ptr);
   });
 }
 
 int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stream) {
   return guarded("tracepool_record_stream", [&] {
-    if (tp == nullptr) return null_handle("tracepool_record_stream");
+    if (status s = check_handle(tp, "tracepool_record_stream"); s != status::ok) return s;
     return tp->impl->record_stream(ptr, stream);
   });
 }
 
 int tracepool_empty_cache(tracepool_t* tp, int device) {
   return guarded("tracepool_empty_cache", [&] {
-    if (tp == nullptr) return null_handle("tracepool_empty_cache");
+    if (status s = check_handle(tp, "tracepool_empty_cache"); s != status::ok) return s;
     return tp->impl->empty_cache(device);
   });
 }
 
 int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* free_bytes, size_t* total_bytes) {
   return guarded("tracepool_mem_get_info", [&] {
-    if (tp == nullptr) return null_handle("tracepool_mem_get_info");
+    if (status s = check_handle(tp, "tracepool_mem_get_info"); s != status::ok) return s;
     return tp->impl->memory_info(device, free_bytes, total_bytes);
   });
 }
 
 int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes) {
   return guarded("tracepool_set_limit", [&] {
-    if (tp == nullptr) return null_handle("tracepool_set_limit");
+    if (status s = check_handle(tp, "tracepool_set_limit"); s != status::ok) return s;
+    if (bytes > core::max_byte_size)
+      return tracepool::fail(status::invalid_argument,
+                             "tracepool_set_limit: %zu bytes is more than a report can hold (at most %zu); 0 removes "
+                             "the limit",
+                             bytes, core::max_byte_size);
     return tp->impl->set_limit(device, bytes);
   });
 }
@@ -228,49 +245,49 @@ int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes) {
 int tracepool_pool_begin(tracepool_t* tp, int device, uint64_t pool, tracepool_pool_filter_fn filter, void* context,
                          void (*release)(void* context)) {
   return guarded("tracepool_pool_begin", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_begin");
+    if (status s = check_handle(tp, "tracepool_pool_begin"); s != status::ok) return s;
     return tp->impl->begin_pool(device, pool, filter, context, release);
   });
 }
 
 int tracepool_pool_end(tracepool_t* tp, int device, uint64_t pool) {
   return guarded("tracepool_pool_end", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_end");
+    if (status s = check_handle(tp, "tracepool_pool_end"); s != status::ok) return s;
     return tp->impl->end_pool(device, pool);
   });
 }
 
 int tracepool_pool_retain(tracepool_t* tp, int device, uint64_t pool) {
   return guarded("tracepool_pool_retain", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_retain");
+    if (status s = check_handle(tp, "tracepool_pool_retain"); s != status::ok) return s;
     return tp->impl->retain_pool(device, pool);
   });
 }
 
 int tracepool_pool_release(tracepool_t* tp, int device, uint64_t pool) {
   return guarded("tracepool_pool_release", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_release");
+    if (status s = check_handle(tp, "tracepool_pool_release"); s != status::ok) return s;
     return tp->impl->release_pool(device, pool);
   });
 }
 
 int tracepool_pool_use_count(tracepool_t* tp, int device, uint64_t pool, int* out) {
   return guarded("tracepool_pool_use_count", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_use_count");
+    if (status s = check_handle(tp, "tracepool_pool_use_count"); s != status::ok) return s;
     return tp->impl->pool_use_count(device, pool, out);
   });
 }
 
 int tracepool_pool_empty(tracepool_t* tp, int device, uint64_t pool) {
   return guarded("tracepool_pool_empty", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_empty");
+    if (status s = check_handle(tp, "tracepool_pool_empty"); s != status::ok) return s;
     return tp->impl->empty_pool(device, pool);
   });
 }
 
 int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out, size_t capacity, size_t* count) {
   return guarded("tracepool_pool_blocks", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_blocks");
+    if (status s = check_handle(tp, "tracepool_pool_blocks"); s != status::ok) return s;
     if (count == nullptr || (out == nullptr && capacity != 0))
       return fail(status::invalid_argument, "tracepool_pool_blocks: count is NULL, or out is NULL with capacity %zu",
                   capacity);
@@ -284,14 +301,14 @@ int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out
 
 int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label) {
   return guarded("tracepool_pool_label", [&] {
-    if (tp == nullptr) return null_handle("tracepool_pool_label");
+    if (status s = check_handle(tp, "tracepool_pool_label"); s != status::ok) return s;
     return tp->impl->label_pool(device, pool, label);
   });
 }
 
 int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out) {
   return guarded("tracepool_get_stats", [&] {
-    if (tp == nullptr) return null_handle("tracepool_get_stats");
+    if (status s = check_handle(tp, "tracepool_get_stats"); s != status::ok) return s;
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_get_stats: out is NULL");
     const size_t caller_size = out->size;
     if (caller_size < offsetof(tracepool_stats_t, allocation) + sizeof(tracepool_stat_t))
@@ -308,21 +325,21 @@ int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out) {
 
 int tracepool_reset_peak_stats(tracepool_t* tp, int device) {
   return guarded("tracepool_reset_peak_stats", [&] {
-    if (tp == nullptr) return null_handle("tracepool_reset_peak_stats");
+    if (status s = check_handle(tp, "tracepool_reset_peak_stats"); s != status::ok) return s;
     return tp->impl->reset_peak(device);
   });
 }
 
 int tracepool_reset_accumulated_stats(tracepool_t* tp, int device) {
   return guarded("tracepool_reset_accumulated_stats", [&] {
-    if (tp == nullptr) return null_handle("tracepool_reset_accumulated_stats");
+    if (status s = check_handle(tp, "tracepool_reset_accumulated_stats"); s != status::ok) return s;
     return tp->impl->reset_accumulated(device);
   });
 }
 
 int tracepool_device_count(tracepool_t* tp, int* out) {
   return guarded("tracepool_device_count", [&] {
-    if (tp == nullptr) return null_handle("tracepool_device_count");
+    if (status s = check_handle(tp, "tracepool_device_count"); s != status::ok) return s;
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_device_count: out is NULL");
     *out = tp->impl->device_count();
     return status::ok;
@@ -330,12 +347,13 @@ int tracepool_device_count(tracepool_t* tp, int* out) {
 }
 
 const char* tracepool_backend_name(tracepool_t* tp) {
-  return tp == nullptr ? "" : tp->impl->device_backend().name();
+  if (check_handle(tp, "tracepool_backend_name") != status::ok) return "";
+  return tp->impl->device_backend().name();
 }
 
 int tracepool_validate(tracepool_t* tp) {
   return guarded("tracepool_validate", [&] {
-    if (tp == nullptr) return null_handle("tracepool_validate");
+    if (status s = check_handle(tp, "tracepool_validate"); s != status::ok) return s;
     return tp->impl->validate();
   });
 }
@@ -350,7 +368,7 @@ int tracepool_tag_pop(void) {
 
 int tracepool_mark(tracepool_t* tp, const char* label) {
   return guarded("tracepool_mark", [&] {
-    if (tp == nullptr) return null_handle("tracepool_mark");
+    if (status s = check_handle(tp, "tracepool_mark"); s != status::ok) return s;
     return tp->impl->mark(label);
   });
 }
@@ -358,7 +376,7 @@ int tracepool_mark(tracepool_t* tp, const char* label) {
 int tracepool_auto_mark(tracepool_t* tp, const char* label, int* taken) {
   return guarded("tracepool_auto_mark", [&] {
     if (taken != nullptr) *taken = 0;
-    if (tp == nullptr) return null_handle("tracepool_auto_mark");
+    if (status s = check_handle(tp, "tracepool_auto_mark"); s != status::ok) return s;
     bool took = false;
     const status s = tp->impl->auto_mark(label, &took);
     if (taken != nullptr) *taken = took ? 1 : 0;

@@ -31,8 +31,9 @@ enum class block_state : uint8_t {
 //   - state == free  <=>  the block is in its pool's free list;
 //   - counted_split  <=>  state == free, the block is not its whole segment, and the segment is not
 //     growable (inactive_split stat; PyTorch leaves expandable segments out of it too);
-//   - unmapped blocks are in growable segments only, and start and end on the segment's piece
-//     boundaries; the bytes of the other blocks add up to the segment's `mapped`.
+//   - unmapped blocks are in growable segments only, and start and end on the segment's mapping
+//     boundaries (segment::on_boundary: a multiple of `piece`, or a split); the bytes of the other
+//     blocks add up to the segment's `mapped`.
 struct block {
   char* ptr = nullptr;
   size_t size = 0;                 // bytes, rounded
@@ -84,6 +85,13 @@ struct block_record {
 //   - its blocks cover the whole range; the unbacked stretches are `unmapped` blocks;
 //   - pieces: the device's page (2 MiB) for the small pool, 20 MiB for the large, as PyTorch's
 //     expandable segments, because each map costs a cuMemCreate, a cuMemMap and a cuMemSetAccess;
+//   - under a limit, any request up to it fits on an empty device: where a whole last piece would
+//     pass the limit, the last piece is cut to the pages the request needs (61 MiB under 64 MiB:
+//     three pieces and 2 MiB, not four pieces, 80 MiB). Its end is a `split`: mappings never cross a
+//     multiple of `piece` nor a split, so each is the stretch between two boundaries, and unmap()
+//     gets whole mappings (CUDA unmaps nothing less). Later growth from a split maps the rest of that
+//     20 MiB stretch as a mapping of its own; once the stretch is wholly unmapped its splits go, and
+//     it is mapped as one piece again. Splits are rare (a limit reached), so they are a short list;
 //   - reserved_bytes counts mapped bytes; `segment` counts growable segments; num_device_alloc and
 //     num_device_free count map and unmap calls, one per piece.
 // Limits: the range is 1 1/8 of the device's memory (PyTorch's figure): a request the range cannot
@@ -107,8 +115,32 @@ struct segment {
   uint32_t site = 0;               // call site of the allocation that made the device grow
   size_t piece = 0;                // growable: the bytes of each map() call, its pieces; 0: classic
   size_t mapped = 0;               // bytes with memory behind them: `size` unless growable
+  // Growable: offsets from ptr, ascending, that are no multiple of `piece` but where one mapping ends
+  // and the next may begin (Note [Growable segments]). Each lies in a `piece` stretch with memory.
+  std::vector<size_t> splits;
 
   bool growable() const { return piece != 0; }
+  // Growable: where the mapping that would begin at `offset` ends, the next boundary after it.
+  size_t next_boundary(size_t offset) const {
+    const size_t next = (offset / piece + 1) * piece;
+    for (size_t x : splits)
+      if (x > offset) return x < next ? x : next;
+    return next;
+  }
+  bool on_boundary(size_t offset) const {
+    if (offset % piece == 0) return true;
+    for (size_t x : splits)
+      if (x == offset) return true;
+    return false;
+  }
+  // The boundary at or after `offset`, and at or before it.
+  size_t boundary_up(size_t offset) const { return on_boundary(offset) ? offset : next_boundary(offset); }
+  size_t boundary_down(size_t offset) const {
+    size_t down = offset / piece * piece;
+    for (size_t x : splits)
+      if (x > down && x <= offset) down = x;
+    return down;
+  }
 };
 
 }  // namespace tracepool::core

@@ -211,8 +211,14 @@ segment* device_cache::take_from_other_streams(stream_pool* pool, size_t rounded
 }
 
 status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out) {
-  const size_t bytes = segment_size_for(rounded);
-  if (!admit(bytes, "segment")) return status::out_of_memory;
+  size_t bytes = segment_size_for(rounded);
+  // Under a limit any request up to it fits on an empty device: one under 10 MiB, whose segment is
+  // 20 MiB, gets a segment of its own size (whole 2 MiB pages) where 20 MiB would pass the limit.
+  const size_t own = (rounded + large_round - 1) / large_round * large_round;
+  if (!admit(bytes, "segment")) {
+    if (own >= bytes || !admit(own, "segment")) return status::out_of_memory;
+    bytes = own;
+  }
   // The records are made before the memory is asked for, so that once the device has said yes
   // nothing can fail.
   std::unique_ptr<segment> seg(new (std::nothrow) segment());

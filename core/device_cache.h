@@ -104,7 +104,7 @@ class device_cache {
   // Growable segments (growable_segments.cpp). All under the pool's lock.
   status grow_in_place(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, block** out);
   status new_growable(stream_pool* pool, pool_kind kind, uint32_t site, segment** out);
-  status map_pieces(stream_pool* pool, block* u, size_t bytes, uint32_t site);
+  status map_pieces(stream_pool* pool, block* u, size_t bytes, size_t least, uint32_t site);
   status unmap_free_pieces(stream_pool* pool);
   status unmap_stretch(stream_pool* pool, const stream_pool::free_pieces& p);
   status drop_growable(stream_pool* pool, segment* s);

@@ -25,10 +25,10 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 status device_cache::grow_in_place(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, block** out) {
   segment* s = pool->growable(kind);
   if (s == nullptr && new_growable(pool, kind, site, &s) != status::ok) return status::ok;
-  size_t bytes = 0;
-  block* u = pool->growth_room(s, rounded, &bytes);
+  size_t bytes = 0, least = 0;
+  block* u = pool->growth_room(s, rounded, backend_.page_size(device_), &bytes, &least);
   if (u == nullptr) return status::ok;
-  if (status st = map_pieces(pool, u, bytes, site); st != status::ok) return st;
+  if (status st = map_pieces(pool, u, bytes, least, site); st != status::ok) return st;
   *out = pool->find_free(rounded, kind);
   return status::ok;
 }
@@ -75,30 +75,38 @@ status device_cache::new_growable(stream_pool* pool, pool_kind kind, uint32_t si
 }
 
 // One map() per piece, so that each can be unmapped alone. Pieces mapped before one fails stay, as
-// cache: the out-of-memory retry gives them back with the rest.
-status device_cache::map_pieces(stream_pool* pool, block* u, size_t bytes, uint32_t site) {
+// cache: the out-of-memory retry gives them back with the rest. `least`: what serves the request with
+// the last piece cut short, mapped where the limit refuses `bytes` (Note [Growable segments]).
+status device_cache::map_pieces(stream_pool* pool, block* u, size_t bytes, size_t least, uint32_t site) {
   segment* s = u->seg;
   pool->keep_spares(1);  // may throw: before anything is mapped
+  s->splits.reserve(s->splits.size() + 1);  // likewise: a short last piece adds a split
   // More than the device has free would be mapped piece by piece only to fail and be unmapped again
   // (thousands of pieces for a request beyond the device): the retry empties the cache first.
   size_t free_bytes = 0, total_bytes = 0;
   const bool fits = backend_.memory_info(device_, &free_bytes, &total_bytes) != status::ok || bytes <= free_bytes;
-  const bool admitted = fits && admit(bytes, "growable segment's map");
+  bool admitted = fits && admit(bytes, "growable segment's map");
+  if (fits && !admitted && least < bytes && admit(least, "growable segment's map")) bytes = least, admitted = true;
   status st = admitted ? status::ok : status::out_of_memory;
   if (!fits)
     fail(status::out_of_memory, "device %d: %.2f MiB to map, %.2f MiB free of %.2f MiB", device_, mib(bytes),
          mib(free_bytes), mib(total_bytes));
-  size_t done = 0;
-  for (; st == status::ok && done < bytes; done += s->piece) {
-    st = backend_.map(device_, u->ptr + done, s->piece);
-    if (st != status::ok) break;
+  const size_t start = static_cast<size_t>(u->ptr - s->ptr);
+  size_t done = 0, maps = 0;
+  while (st == status::ok && done < bytes) {
+    const size_t len = std::min(s->next_boundary(start + done), start + bytes) - (start + done);
+    if ((st = backend_.map(device_, u->ptr + done, len)) != status::ok) break;
+    done += len;
+    ++maps;
   }
+  if (done == bytes && !s->on_boundary(start + bytes))  // the short last piece: room reserved above
+    s->splits.insert(std::upper_bound(s->splits.begin(), s->splits.end(), start + bytes), start + bytes);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (admitted) reserving_ -= bytes;
     segment_stats_.increase(stat_kind::reserved_bytes, s->kind, static_cast<int64_t>(done));
     growable_mapped_ += done;
-    counters_.num_device_alloc += done / s->piece;
+    counters_.num_device_alloc += maps;
   }
   if (done > 0) {
     observers_.segment_alloc(segment_event{u->ptr, done, device_, pool->stream(), site});
@@ -149,15 +157,20 @@ status device_cache::unmap_stretch(stream_pool* pool, const stream_pool::free_pi
   pool->keep_spares(2);  // may throw: before anything is unmapped
   // Told before the backend has it (Note [Observers]); what it refuses is told again as ours.
   observers_.segment_free(segment_event{p.begin, p.bytes, device_, pool->stream(), p.b->site});
-  size_t done = 0;
+  const size_t start = static_cast<size_t>(p.begin - s->ptr);
+  size_t done = 0, unmaps = 0;
   status st = status::ok;
-  for (; done < p.bytes; done += s->piece)
-    if ((st = backend_.unmap(device_, p.begin + done, s->piece)) != status::ok) break;
+  while (done < p.bytes) {
+    const size_t len = s->next_boundary(start + done) - (start + done);  // one mapping
+    if ((st = backend_.unmap(device_, p.begin + done, len)) != status::ok) break;
+    done += len;
+    ++unmaps;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     segment_stats_.decrease(stat_kind::reserved_bytes, s->kind, static_cast<int64_t>(done));
     growable_mapped_ -= done;
-    counters_.num_device_free += done / s->piece;
+    counters_.num_device_free += unmaps;
   }
   if (done < p.bytes)
     observers_.segment_alloc(segment_event{p.begin + done, p.bytes - done, device_, pool->stream(), p.b->site});
@@ -187,7 +200,11 @@ void device_cache::unmap_all(segment* s) {
     const block* end = b;
     while (end != nullptr && end->state != block_state::unmapped) end = end->next;
     const char* stop = end == nullptr ? s->ptr + s->size : end->ptr;
-    for (char* at = b->ptr; at < stop; at += s->piece) (void)backend_.unmap(device_, at, s->piece);
+    for (char* at = b->ptr; at < stop;) {
+      const size_t offset = static_cast<size_t>(at - s->ptr), len = s->next_boundary(offset) - offset;
+      (void)backend_.unmap(device_, at, len);
+      at += len;
+    }
   }
   (void)backend_.free_range(device_, s->ptr, s->size);
 }

@@ -276,25 +276,28 @@ block* stream_pool::split_off(block* b, size_t at) {
   return r;
 }
 
-void stream_pool::merge_unmapped(block* u) {
+block* stream_pool::merge_unmapped(block* u) {
   if (block* p = u->prev; p != nullptr && p->state == block_state::unmapped) {
     absorb(p, u);
     u = p;
   }
   if (block* n = u->next; n != nullptr && n->state == block_state::unmapped) absorb(u, n);
+  return u;
 }
 
 // A walk over the segment's blocks: it runs only when no cached block fits, before a map that costs
 // tens of microseconds.
-block* stream_pool::growth_room(const segment* s, size_t rounded, size_t* bytes) const {
+block* stream_pool::growth_room(const segment* s, size_t rounded, size_t page, size_t* bytes, size_t* least) const {
   block* best = nullptr;
   for (block* u = s->first; u != nullptr; u = u->next) {
     if (u->state != block_state::unmapped) continue;
     const size_t have = u->prev != nullptr && u->prev->state == block_state::free ? u->prev->size : 0;
-    const size_t need = have >= rounded ? s->piece : (rounded - have + s->piece - 1) / s->piece * s->piece;
+    const size_t at = static_cast<size_t>(u->ptr - s->ptr), want = have >= rounded ? 1 : rounded - have;
+    const size_t need = s->boundary_up(at + want) - at;
     if (need > u->size || (best != nullptr && need >= *bytes)) continue;
     best = u;
     *bytes = need;
+    *least = (want + page - 1) / page * page;
   }
   return best;
 }
@@ -311,7 +314,7 @@ void stream_pool::unmappable(const segment* s, std::vector<free_pieces>* out) co
   for (block* b = s->first; b != nullptr; b = b->next) {
     if (b->state != block_state::free) continue;
     const size_t at = static_cast<size_t>(b->ptr - s->ptr);
-    const size_t begin = (at + s->piece - 1) / s->piece * s->piece, end = (at + b->size) / s->piece * s->piece;
+    const size_t begin = s->boundary_up(at), end = s->boundary_down(at + b->size);
     if (end > begin) out->push_back(free_pieces{b, s->ptr + begin, end - begin, reuse_.safe_for_other_streams(*b)});
   }
 }
@@ -328,7 +331,16 @@ void stream_pool::unmapped(const free_pieces& p, size_t bytes) {
   b->seg->mapped -= bytes;
   if (middle != b) insert_free(b);
   if (tail != nullptr) insert_free(tail);
-  merge_unmapped(middle);
+  const block* gap = merge_unmapped(middle);
+  // Splits of stretches now wholly unmapped go (erase allocates nothing): they map as one piece again.
+  segment* s = gap->seg;
+  const size_t gap_from = static_cast<size_t>(gap->ptr - s->ptr), gap_to = gap_from + gap->size;
+  s->splits.erase(std::remove_if(s->splits.begin(), s->splits.end(),
+                                 [&](size_t x) {
+                                   const size_t stretch = x / s->piece * s->piece;
+                                   return stretch >= gap_from && stretch + s->piece <= gap_to;
+                                 }),
+                  s->splits.end());
 }
 
 void stream_pool::link(segment* s) {
@@ -358,9 +370,26 @@ status stream_pool::validate_block(const segment* s, const block* b) const {
   const bool listed = s->kind == pool_kind::small ? small_.contains(b) : large_.contains(b);
   if (is_free != listed || b->counted_split != (is_free && !b->is_whole_segment() && !s->growable()))
     return fail(status::internal, "validate: block %p free-list membership disagrees with its state", b->ptr);
-  if (unmapped && (!s->growable() || static_cast<size_t>(b->ptr - s->ptr) % s->piece != 0 || b->size % s->piece != 0))
+  const size_t at = static_cast<size_t>(b->ptr - s->ptr);
+  if (unmapped && (!s->growable() || !s->on_boundary(at) || !s->on_boundary(at + b->size)))
     return fail(status::internal, "validate: unmapped block %p of segment %p is not whole pieces of a growable segment",
                 b->ptr, s->ptr);
+  return status::ok;
+}
+
+// Splits ascend, lie strictly inside a `piece` stretch, and only in a stretch with memory behind it.
+status stream_pool::validate_splits(const segment* s) const {
+  for (size_t i = 0; i < s->splits.size(); ++i) {
+    const size_t x = s->splits[i], stretch = x / s->piece * s->piece;
+    bool mapped = false;
+    for (const block* b = s->first; b != nullptr; b = b->next) {
+      const size_t at = static_cast<size_t>(b->ptr - s->ptr);
+      mapped |= b->state != block_state::unmapped && at < stretch + s->piece && at + b->size > stretch;
+    }
+    if (x % s->piece == 0 || x % min_block_size != 0 || (i > 0 && s->splits[i - 1] >= x) || !mapped)
+      return fail(status::internal, "validate: split %zu of segment %p is misplaced, or its stretch has no memory", x,
+                  s->ptr);
+  }
   return status::ok;
 }
 
@@ -397,7 +426,7 @@ status stream_pool::validate_segment(const segment* s, stat_table* seen) const {
   if (total != s->size || mapped != s->mapped)
     return fail(status::internal, "validate: blocks of segment %p add up to %zu bytes, %zu mapped, not %zu and %zu",
                 s->ptr, total, mapped, s->size, s->mapped);
-  return status::ok;
+  return s->growable() ? validate_splits(s) : status::ok;
 }
 
 status stream_pool::validate() const {

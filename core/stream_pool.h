@@ -66,12 +66,13 @@ class stream_pool {
   void disown_growable(segment* s);
   // Where `rounded` bytes fit once pieces are mapped: the unmapped block of `s` that, mapped from its
   // start, makes with the free block before it one free block of at least `rounded` bytes with the
-  // fewest new pieces; *bytes: how much of it to map. nullptr if no stretch of `s` is large enough.
-  block* growth_room(const segment* s, size_t rounded, size_t* bytes) const;
+  // fewest new pieces; *bytes: how much of it to map, whole pieces; *least: the fewest whole pages
+  // (`page` bytes each) that would do, the last piece cut short. nullptr if no stretch is large enough.
+  block* growth_room(const segment* s, size_t rounded, size_t page, size_t* bytes, size_t* least) const;
   // The first `bytes` of unmapped block `u` now have memory behind them: they become free, merged
   // with a free block before them. pre: keep_spares(1).
   void mapped(block* u, size_t bytes, uint32_t site);
-  // A stretch of whole pieces inside a free block of a growable segment: unmap() can take it back.
+  // A stretch of whole mappings inside a free block of a growable segment: unmap() can take it back.
   struct free_pieces {
     block* b;
     char* begin;
@@ -79,8 +80,9 @@ class stream_pool {
     bool idle;  // the block's last use is known complete on the device (else wait for it first)
   };
   void unmappable(const segment* s, std::vector<free_pieces>* out) const;
-  // The first `bytes` of stretch `p` (a whole number of pieces) no longer have memory behind them:
-  // the free block keeps its ends, the middle becomes unmapped. pre: keep_spares(2).
+  // The first `bytes` of stretch `p` (whole mappings) no longer have memory behind them: the free
+  // block keeps its ends, the middle becomes unmapped, and a stretch of `piece` bytes now wholly
+  // unmapped loses its splits. pre: keep_spares(2).
   void unmapped(const free_pieces& p, size_t bytes);
   // Makes sure the next `n` blocks split off need no host allocation (throws bad_alloc), so that
   // once the device has mapped or unmapped memory, recording it cannot fail.
@@ -104,13 +106,14 @@ class stream_pool {
   void release_to_free_list(block* b, bool stream_alive);
   void merge_into_free_list(block* b);
   block* split_off(block* b, size_t at);
-  void merge_unmapped(block* u);
+  block* merge_unmapped(block* u);
   void absorb(block* left, block* right);
   void disown(segment* s);
   void link(segment* s);
   void unlink(segment* s);
   status validate_segment(const segment* s, stat_table* seen) const;
   status validate_block(const segment* s, const block* b) const;
+  status validate_splits(const segment* s) const;
 
   std::mutex mutex_;
   backend::stream_handle stream_;

@@ -1,10 +1,15 @@
 #include "base/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <map>
+
+#include "base/excerpt.h"
 
 namespace tracepool::core {
 
@@ -49,12 +54,12 @@ std::string capture_mode_list(const char* separator, const char* last_separator)
 }
 
 status bad_value(const std::string& key, const std::string& value, const char* wanted) {
-  return fail(status::bad_config, "TRACEPOOL_CONF: bad value '%s' for '%s': expected %s", value.c_str(), key.c_str(),
-              wanted);
+  return fail(status::bad_config, "TRACEPOOL_CONF: bad value '%s' for '%s': expected %s", excerpt(value).c_str(),
+              excerpt(key).c_str(), wanted);
 }
 
 status apply(const std::string& key, const std::string& value, config* c) {
-  const char* bytes = "a byte size such as 4096, 512MiB or 2GiB";
+  const char* bytes = "a byte size such as 4096, 512MiB or 2GiB, at most 9223372036854775807 (reports hold int64)";
   if (key == "backend") {
     if (value == "auto") c->backend = backend_choice::automatic;
     else if (value == "cuda") c->backend = backend_choice::cuda;
@@ -120,7 +125,8 @@ status apply(const std::string& key, const std::string& value, config* c) {
     else if (value == "off") c->oom_report = false;
     else return bad_value(key, value, "stderr or off");
   } else {
-    return fail(status::bad_config, "TRACEPOOL_CONF: unknown key '%s'; known keys: %s", key.c_str(), config_help());
+    return fail(status::bad_config, "TRACEPOOL_CONF: unknown key '%s'; known keys: %s", excerpt(key).c_str(),
+                config_help());
   }
   return status::ok;
 }
@@ -135,22 +141,33 @@ bool parse_capture_mode(const std::string& name, capture_mode* out) {
   return false;
 }
 
+// Digits alone are read exactly (a double would round 9007199254740993); a fraction or an exponent
+// ("1.5GiB", "2e9") through a double, which must then come out whole.
 bool parse_bytes(const std::string& text, size_t* out) {
   const std::string t = trim(text);
+  if (t.empty() || !(std::isdigit(static_cast<unsigned char>(t[0])) || t[0] == '.')) return false;  // no sign, no inf
   char* end = nullptr;
   errno = 0;
   const double n = std::strtod(t.c_str(), &end);
-  if (t.empty() || end == t.c_str() || errno != 0 || !(n >= 0) || t[0] == '-' || t[0] == '+') return false;
+  if (end == t.c_str() || errno != 0) return false;
+  static const struct { const char* name; uint64_t scale; } units[] = {
+      {"", 1},           {"B", 1},              {"K", 1ull << 10},  {"KiB", 1ull << 10}, {"KB", 1000},
+      {"M", 1ull << 20}, {"MiB", 1ull << 20},   {"MB", 1000000},    {"G", 1ull << 30},   {"GiB", 1ull << 30},
+      {"GB", 1000000000}, {"T", 1ull << 40},    {"TiB", 1ull << 40}, {"TB", 1000000000000}};
   const std::string unit = trim(end);
-  double scale = 0;
-  static const struct { const char* name; double scale; } units[] = {
-      {"", 1},           {"B", 1},           {"K", 1024.0},   {"KiB", 1024.0},        {"KB", 1e3},
-      {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},     {"G", 1073741824.0},    {"GiB", 1073741824.0},
-      {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  uint64_t scale = 0;
   for (const auto& u : units)
     if (unit == u.name) scale = u.scale;
-  const double bytes = n * scale;
-  if (scale == 0 || bytes >= 18446744073709551615.0 || bytes != std::floor(bytes)) return false;
+  if (scale == 0) return false;
+  if (std::min(t.find_first_not_of("0123456789"), t.size()) == static_cast<size_t>(end - t.c_str())) {
+    errno = 0;
+    const unsigned long long k = std::strtoull(t.c_str(), nullptr, 10);
+    if (errno != 0 || k > max_byte_size / scale) return false;
+    *out = static_cast<size_t>(k * scale);
+    return true;
+  }
+  const double bytes = n * static_cast<double>(scale);
+  if (!(bytes < 9223372036854775808.0) || bytes != std::floor(bytes)) return false;  // 2^63: max_byte_size + 1
   *out = static_cast<size_t>(bytes);
   return true;
 }
@@ -172,6 +189,7 @@ const char* config_help() {
 status parse_config(const char* text, config* out) {
   config c = *out;
   const std::string all = text == nullptr ? std::string() : std::string(text);
+  std::map<std::string, std::string> given;  // key -> value: a key given twice is an error, not last-wins
   size_t start = 0;
   while (start <= all.size()) {
     size_t comma = all.find(',', start);
@@ -181,8 +199,12 @@ status parse_config(const char* text, config* out) {
     if (item.empty()) continue;
     const size_t colon = item.find(':');
     if (colon == std::string::npos)
-      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is not key:value", item.c_str());
-    if (status s = apply(trim(item.substr(0, colon)), trim(item.substr(colon + 1)), &c); s != status::ok) return s;
+      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is not key:value", excerpt(item).c_str());
+    const std::string key = trim(item.substr(0, colon)), value = trim(item.substr(colon + 1));
+    if (const auto [earlier, first] = given.emplace(key, value); !first)
+      return fail(status::bad_config, "TRACEPOOL_CONF: '%s' is given twice ('%s', then '%s'); give each key once",
+                  excerpt(key).c_str(), excerpt(earlier->second).c_str(), excerpt(value).c_str());
+    if (status s = apply(key, value, &c); s != status::ok) return s;
   }
   const bool faults = c.host.fail_alloc != 0 || c.host.fail_call != 0 || c.host.fail_above != 0;
   if (faults && c.backend != backend_choice::host)

@@ -34,6 +34,9 @@ inline constexpr bool validate_by_default = false;
 #endif
 
 inline constexpr int max_capture_depth = 256;
+// The largest byte size a key takes: reports carry byte counts as int64 (a larger one would read back
+// negative, and the report reader refuses it).
+inline constexpr size_t max_byte_size = size_t{INT64_MAX};
 inline constexpr size_t max_history_entries = size_t{1} << 26;  // history:N, 48 bytes an entry
 
 // What a call site records (TRACEPOOL_CONF capture:<name>, and the report's capture.mode), one row each:
@@ -82,10 +85,12 @@ struct config {
   const void* own_code = nullptr;
 };
 
-// Parses `text` (nullptr or "" gives the defaults). On failure *out is unchanged.
+// Parses `text` (nullptr or "" gives the defaults) over *out: a key of `text` replaces what *out had,
+// but `text` itself may give each key once. On failure *out is unchanged.
 status parse_config(const char* text, config* out);
 
-// A byte size: "4096", "512KiB", "1.5GiB", "20MB" (KiB/MiB/GiB/K/M/G are powers of 1024; KB/MB/GB of 1000).
+// A byte size: "4096", "512KiB", "1.5GiB", "20MB" (KiB/MiB/GiB/K/M/G are powers of 1024; KB/MB/GB of 1000),
+// at most max_byte_size.
 bool parse_bytes(const std::string& text, size_t* out);
 
 // The keys and what they take, for error messages and --help.

@@ -177,7 +177,7 @@ extern "C" {
 int tracepool_torch_snapshot_string(tracepool_t* tp, char** out) {
   using namespace tracepool;
   return capi::guarded("tracepool_torch_snapshot_string", [&] {
-    if (tp == nullptr) return capi::null_handle("tracepool_torch_snapshot_string");
+    if (status s = capi::check_handle(tp, "tracepool_torch_snapshot_string"); s != status::ok) return s;
     if (out == nullptr) return fail(status::invalid_argument, "tracepool_torch_snapshot_string: out is NULL");
     *out = nullptr;
     std::string text;

@@ -3,7 +3,8 @@
 // unwinder at depths 16, 32 and 64, called from 80 frames deep, and with the allocation history on
 // top (history:100000, the fastest unwinder at depth 32); (b) byte sampling at R = 1 MiB on a
 // mix of sizes, taking turns with an untagged instance; (c) writing the report of 100,000 live blocks
-// over 5,000 call sites. Prints the added cost against the targets; asserts nothing.
+// over 5,000 call sites; (d) the cheapest call that takes a handle (what the handle check costs).
+// Prints the added cost against the targets; asserts nothing.
 //
 //   tracepool_trace_bench [--benchmark_filter=...] [--benchmark_repetitions=N] [--benchmark_out=FILE]
 #include <benchmark/benchmark.h>
@@ -215,6 +216,22 @@ void write_report(benchmark::State& state, const std::string& format) {
   if (format == "json" && sites != std::string::npos) state.counters["sites"] = std::strtod(&text[sites + 8], nullptr);
 }
 
+// ---- (d): the cheapest call that takes a handle ------------------------------------------------
+// tracepool_device_count does nothing but check its handle and read a count: what every call pays
+// for the handle check shows here, apart from the allocator's work.
+void handle_call(benchmark::State& state) {
+  std::string why;
+  tracepool_t* tp = open_pool("capture:off", &why);
+  if (tp == nullptr) return state.SkipWithError(why.c_str());
+  int devices = 0, failed = 0;
+  for (auto _ : state) {
+    failed |= tracepool_device_count(tp, &devices);
+    benchmark::DoNotOptimize(devices);
+  }
+  if (failed != 0) state.SkipWithError(tracepool_last_error());
+  tracepool_destroy(tp);
+}
+
 // ---- Registration and summary ------------------------------------------------------------------
 std::vector<std::string> unwinders() {
   if (libunwind_available()) return {"libunwind", "cfi", "boost"};
@@ -227,6 +244,7 @@ std::string pair_name(const std::string& unwinder, int depth) {
 
 void register_all() {
   benchmark::RegisterBenchmark("BM_Pair/untagged", pairs, std::string("capture:off"), run_pairs);
+  benchmark::RegisterBenchmark("BM_Call/device_count", handle_call);
   for (const std::string& u : unwinders())
     for (int depth : {16, 32, 64})
       benchmark::RegisterBenchmark(pair_name(u, depth).c_str(), pairs,
@@ -293,6 +311,8 @@ void print_summary(const summary_reporter& r) {
   std::printf("\nsummary (same run, medians; added = traced - untagged, per %zu B alloc+free, %d frames deep):\n",
               pair_size, caller_depth);
   if (base > 0) std::printf("  untagged            %9.1f ns\n", base);
+  if (const double call = r.median("BM_Call/device_count") * 1e9; call > 0)
+    std::printf("  device_count call   %9.1f ns (a handle check and a read)\n", call);
   for (const std::string& u : unwinders())
     for (int depth : {16, 32, 64}) {
       const double ns = r.median(pair_name(u, depth)) * 1e9;

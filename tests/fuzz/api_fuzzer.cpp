@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -340,6 +341,8 @@ class runner {
 
   void limit(int device, size_t bytes) {
     const int rc = tracepool_set_limit(in_.tp, device, bytes);
+    // Reports carry byte counts as int64: a larger limit is refused before the device is looked at.
+    if (bytes > size_t{INT64_MAX}) return expect(rc, TRACEPOOL_ERR_INVALID_ARGUMENT, "set_limit(past INT64_MAX)");
     if (!good_device(device) && device != -1) return expect(rc, TRACEPOOL_ERR_INVALID_DEVICE, "set_limit(bad)");
     expect(rc, TRACEPOOL_OK, "set_limit");
     std::lock_guard<std::mutex> lock(m_.mutex);

@@ -12,14 +12,16 @@
 
 namespace tracepool::testing {
 
-// A core allocator on the host backend with `extra` configuration ("key:value,...") appended.
-// Every invariant is checked after each operation (validate:on). TRACEPOOL_TEST_CONF, where set,
-// comes last: ctest runs suites again with segments:growable so.
+// A core allocator on the host backend with `extra` configuration ("key:value,...") on top. Every
+// invariant is checked after each operation (validate:on) unless `extra` says validate:off.
+// TRACEPOOL_TEST_CONF, where set, comes last: ctest runs suites again with segments:growable so. Each
+// is parsed over the one before, since one text may not give a key twice.
 inline std::unique_ptr<core::allocator> host_allocator(const std::string& extra = "") {
   core::config cfg;
-  std::string text = "backend:host,validate:on" + (extra.empty() ? "" : "," + extra);
-  if (const char* more = std::getenv("TRACEPOOL_TEST_CONF"); more != nullptr && *more != '\0') text += "," + std::string(more);
-  EXPECT_EQ(core::parse_config(text.c_str(), &cfg), status::ok) << last_error();
+  EXPECT_EQ(core::parse_config("backend:host,validate:on", &cfg), status::ok) << last_error();
+  EXPECT_EQ(core::parse_config(extra.c_str(), &cfg), status::ok) << last_error();
+  if (const char* more = std::getenv("TRACEPOOL_TEST_CONF"); more != nullptr && *more != '\0')
+    EXPECT_EQ(core::parse_config(more, &cfg), status::ok) << last_error();
   std::unique_ptr<core::allocator> a;
   EXPECT_EQ(core::allocator::create(cfg, &a), status::ok) << last_error();
   return a;

@@ -3,10 +3,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
+#include <new>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tracepool/tracepool.h"
 
@@ -208,6 +213,194 @@ TEST_F(CApi, PrivatePoolRoundTripAndBadCalls) {
   EXPECT_EQ(tracepool_validate(tp), TRACEPOOL_OK) << error();
 }
 
+// Reports carry byte counts as int64: a limit past INT64_MAX would make every report unreadable.
+TEST_F(CApi, SetLimitRefusesWhatNoReportCanHold) {
+  ASSERT_EQ(tracepool_set_limit(tp, 0, 64u << 20), TRACEPOOL_OK);
+  for (size_t bytes : {size_t{1} << 63, SIZE_MAX}) {
+    EXPECT_EQ(tracepool_set_limit(tp, 0, bytes), TRACEPOOL_ERR_INVALID_ARGUMENT) << bytes;
+    EXPECT_NE(error().find("tracepool_set_limit: " + std::to_string(bytes) + " bytes is more than"), std::string::npos)
+        << error();
+    EXPECT_EQ(stats().limit_bytes, 64u << 20) << "a refused limit changes nothing";
+  }
+  ASSERT_EQ(tracepool_set_limit(tp, -1, size_t{INT64_MAX}), TRACEPOOL_OK) << error();
+  EXPECT_EQ(stats().limit_bytes, uint64_t{INT64_MAX});
+}
+
+// The largest sizes accepted still make reports that read back; one byte more is refused up front.
+TEST(CApiSizes, TheLargestConfiguredSizesMakeReadableReports) {
+  tracepool_t* tp = nullptr;
+  EXPECT_EQ(tracepool_create("backend:host,limit:9223372036854775808", &tp), TRACEPOOL_ERR_BAD_CONFIG);
+  EXPECT_EQ(tracepool_create("backend:host,host_capacity:9223372036854775808", &tp), TRACEPOOL_ERR_BAD_CONFIG);
+  ASSERT_EQ(tracepool_create("backend:host,limit:9223372036854775807,host_capacity:9223372036854775807", &tp),
+            TRACEPOOL_OK)
+      << tracepool_last_error();
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK) << tracepool_last_error();
+  char* json = nullptr;
+  ASSERT_EQ(tracepool_report_string(tp, "json", &json), TRACEPOOL_OK) << tracepool_last_error();
+  char* text = nullptr;
+  EXPECT_EQ(tracepool_render_report(json, std::strlen(json), nullptr, &text), TRACEPOOL_OK) << tracepool_last_error();
+  tracepool_string_free(text);
+  tracepool_string_free(json);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+}
+
+// Errors about report options name what the caller gave (the format, the reason, top) and what was
+// expected, not the C struct's fields, and quote it harmlessly.
+TEST_F(CApi, ReportOptionErrorsSpeakTheCallersWords) {
+  std::vector<std::string> errors;
+  char* out = nullptr;
+  EXPECT_EQ(tracepool_report_string(tp, "xml", &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("tracepool_report_string: unknown report format 'xml': expected one of json, text, html"),
+            std::string::npos)
+      << error();
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  o.format = "\x1b[2J";
+  EXPECT_EQ(tracepool_render_report("{}", 2, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("unknown report format '\\x1b[2J'"), std::string::npos) << error();
+  EXPECT_EQ(error().find('\x1b'), std::string::npos) << error();
+  o.format = nullptr;
+  o.top = -1;
+  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("top is -1"), std::string::npos) << error();
+  o.top = 0;
+  o.reason = "";
+  EXPECT_EQ(tracepool_write_report_with(tp, "/dev/null", &o), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  EXPECT_NE(error().find("a report's reason must be 1 to 64 bytes"), std::string::npos) << error();
+  o.reason = "oom";
+  EXPECT_EQ(tracepool_write_report_with(tp, "/dev/null", &o), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  o.reason = nullptr;
+  o.size = 3;
+  EXPECT_EQ(tracepool_report_string_with(tp, &o, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  errors.push_back(error());
+  for (const std::string& e : errors) EXPECT_EQ(e.find("options->"), std::string::npos) << e;
+}
+
+// ---- Handles: a destroyed or made-up handle is refused by every function, never followed --------
+
+// Every C API function that takes a handle, called with `tp`; each checks the status and message.
+void expect_every_call_refuses(tracepool_t* tp) {
+  char address[32];
+  std::snprintf(address, sizeof address, "%p", static_cast<void*>(tp));
+  auto refused = [&](const char* function, int rc) {
+    EXPECT_EQ(rc, TRACEPOOL_ERR_INVALID_ARGUMENT) << function;
+    const std::string e = tracepool_last_error();
+    const std::string said = std::string(function) + ": handle " + address + " is not a live tracepool";
+    EXPECT_NE(e.find(said + " (destroyed, or never created)"), std::string::npos) << e;
+  };
+  void* p = nullptr;
+  size_t free_bytes = 0, total = 0, count = 0;
+  int n = 0;
+  char* out = nullptr;
+  tracepool_stats_t s{};
+  s.size = sizeof s;
+  tracepool_report_options_t o{};
+  o.size = sizeof o;
+  refused("tracepool_malloc", tracepool_malloc(tp, 64, 0, nullptr, &p));
+  EXPECT_EQ(p, nullptr);
+  refused("tracepool_free", tracepool_free(tp, &n, nullptr));
+  refused("tracepool_record_stream", tracepool_record_stream(tp, &n, nullptr));
+  refused("tracepool_empty_cache", tracepool_empty_cache(tp, 0));
+  refused("tracepool_mem_get_info", tracepool_mem_get_info(tp, 0, &free_bytes, &total));
+  refused("tracepool_set_limit", tracepool_set_limit(tp, 0, 1 << 20));
+  refused("tracepool_pool_begin", tracepool_pool_begin(tp, 0, 5, nullptr, nullptr, nullptr));
+  refused("tracepool_pool_end", tracepool_pool_end(tp, 0, 5));
+  refused("tracepool_pool_retain", tracepool_pool_retain(tp, 0, 5));
+  refused("tracepool_pool_release", tracepool_pool_release(tp, 0, 5));
+  refused("tracepool_pool_use_count", tracepool_pool_use_count(tp, 0, 5, &n));
+  refused("tracepool_pool_empty", tracepool_pool_empty(tp, 0, 5));
+  refused("tracepool_pool_blocks", tracepool_pool_blocks(tp, 0, 5, nullptr, 0, &count));
+  refused("tracepool_pool_label", tracepool_pool_label(tp, 0, 5, "graph"));
+  refused("tracepool_get_stats", tracepool_get_stats(tp, 0, &s));
+  refused("tracepool_reset_peak_stats", tracepool_reset_peak_stats(tp, 0));
+  refused("tracepool_reset_accumulated_stats", tracepool_reset_accumulated_stats(tp, 0));
+  refused("tracepool_device_count", tracepool_device_count(tp, &n));
+  refused("tracepool_validate", tracepool_validate(tp));
+  refused("tracepool_mark", tracepool_mark(tp, "epoch"));
+  refused("tracepool_auto_mark", tracepool_auto_mark(tp, "epoch", &n));
+  refused("tracepool_write_report", tracepool_write_report(tp, "/dev/null", "json"));
+  refused("tracepool_write_report", tracepool_write_report_with(tp, "/dev/null", &o));
+  refused("tracepool_write_oom_report", tracepool_write_oom_report(tp, "/dev/null", "json"));
+  refused("tracepool_report_string", tracepool_report_string(tp, "json", &out));
+  refused("tracepool_report_string", tracepool_report_string_with(tp, &o, &out));
+  EXPECT_EQ(out, nullptr);
+  refused("tracepool_torch_snapshot_string", tracepool_torch_snapshot_string(tp, &out));
+  refused("tracepool_torch_snapshot_string", tracepool_snapshot_string(tp, &out));
+  EXPECT_STREQ(tracepool_backend_name(tp), "");
+  refused("tracepool_backend_name", TRACEPOOL_ERR_INVALID_ARGUMENT);
+  tracepool_destroy(tp);  // nothing harmful: the handle is not followed, and the last error says so
+  refused("tracepool_destroy", TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CApiHandles, ADestroyedHandleIsRefusedEverywhereAndDestroyingItAgainIsHarmless) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,validate:on", &tp), TRACEPOOL_OK);
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  tracepool_destroy(tp);
+  expect_every_call_refuses(tp);
+}
+
+TEST(CApiHandles, AHandleNeverCreatedIsRefused) {
+  int on_stack = 0;
+  expect_every_call_refuses(reinterpret_cast<tracepool_t*>(&on_stack));
+  expect_every_call_refuses(reinterpret_cast<tracepool_t*>(uintptr_t{0x1}));
+}
+
+// The registry, not the memory behind the pointer, says what is live: a destroyed handle whose
+// address malloc hands out again, filled with a copy of a live handle's bytes, is still refused; an
+// address a later tracepool_create returns is that new, live instance.
+TEST(CApiHandles, AStaleAddressReusedByMallocIsStillRefused) {
+  tracepool_t* live = nullptr;
+  tracepool_t* stale = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &live), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_create("backend:host", &stale), TRACEPOOL_OK);
+  std::vector<void*> taken;
+  taken.reserve(4096);  // before the destroy: the vector's own buffer must not take the freed address
+  tracepool_destroy(stale);
+  void* reused = nullptr;
+  for (int i = 0; i < 4096 && reused == nullptr; ++i) {  // sizes around a handle's: the same malloc bin
+    void* q = std::malloc(16 + 8 * (i % 8));
+    if (q == static_cast<void*>(stale)) reused = q;
+    else taken.push_back(q);
+  }
+  if (reused != nullptr) std::memset(reused, 0xab, 16);  // whatever a new owner writes there
+  expect_every_call_refuses(stale);
+  for (void* q : taken) std::free(q);
+  std::free(reused);
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(live, 64, 0, nullptr, &p), TRACEPOOL_OK) << "other handles are untouched";
+  ASSERT_EQ(tracepool_free(live, p, nullptr), TRACEPOOL_OK);
+  tracepool_destroy(live);
+  if (reused == nullptr) std::printf("note: malloc did not hand the stale address out again in this build\n");
+}
+
+TEST(CApiHandles, ManyInstancesComeAndGo) {
+  std::vector<tracepool_t*> live;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      tracepool_t* tp = nullptr;
+      ASSERT_EQ(tracepool_create("backend:host,capture:off", &tp), TRACEPOOL_OK) << tracepool_last_error();
+      live.push_back(tp);
+    }
+    for (size_t i = 0; i < live.size(); i += 2) tracepool_destroy(std::exchange(live[i], nullptr));
+    for (tracepool_t* tp : live) {
+      int devices = 0;
+      if (tp != nullptr) EXPECT_EQ(tracepool_device_count(tp, &devices), TRACEPOOL_OK) << tracepool_last_error();
+    }
+    live.erase(std::remove(live.begin(), live.end(), nullptr), live.end());
+  }
+  for (tracepool_t* tp : live) tracepool_destroy(tp);
+  for (tracepool_t* tp : live) EXPECT_EQ(tracepool_validate(tp), TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
   tracepool_t* a = tracepool_default();
   ASSERT_NE(a, nullptr) << tracepool_last_error();
@@ -216,6 +409,18 @@ TEST(CApiDefault, DefaultInstanceIsSharedAndCannotBeDestroyed) {
   void* p = nullptr;
   ASSERT_EQ(tracepool_malloc(a, 64, 0, nullptr, &p), TRACEPOOL_OK);
   ASSERT_EQ(tracepool_free(a, p, nullptr), TRACEPOOL_OK);
+}
+
+// tracepool_configure_default quotes both configuration texts when it refuses: capped and escaped.
+TEST(CApiDefault, ARefusedReconfigurationQuotesBothTextsHarmlessly) {
+  ASSERT_NE(tracepool_default(), nullptr) << tracepool_last_error();
+  const std::string conf = "backend:host,\t" + std::string(100000, ' ') + "oom_report:off";
+  EXPECT_EQ(tracepool_configure_default(conf.c_str()), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  const std::string e = tracepool_last_error();
+  EXPECT_LT(e.size(), 1024u) << e.substr(0, 300);
+  EXPECT_NE(e.find("'backend:host,\\x09     "), std::string::npos) << e.substr(0, 300);
+  EXPECT_NE(e.find("... (100028 bytes)'"), std::string::npos) << e.substr(0, 300);
+  EXPECT_EQ(e.find('\t'), std::string::npos) << e.substr(0, 300);
 }
 
 TEST(CApiTorch, EntryPointsUseTheDefaultInstance) {

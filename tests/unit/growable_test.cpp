@@ -205,6 +205,90 @@ TEST(Growable, SmallBlocksMergeAcrossPiecesAndAreFoundAgain) {
   ASSERT_EQ(a->free(q), status::ok);
 }
 
+// Any request up to the limit fits on an empty device: where a whole 20 MiB piece would pass the
+// limit, the last piece is cut to the pages the request needs (61 MiB: three pieces and 2 MiB, where
+// four pieces would be 80 MiB). Unmapping takes each mapping back whole, the short one too.
+TEST(Growable, ARequestUpToTheLimitFitsOnAnEmptyDevice) {
+  for (size_t request : {61 * MiB, 64 * MiB, 5 * MiB}) {
+    auto a = growable(request == 5 * MiB ? "limit:8MiB" : "limit:64MiB");
+    void* p = nullptr;
+    ASSERT_EQ(a->malloc(request, 0, nullptr, &p), status::ok) << request << ": " << last_error();
+    const int64_t mapped = static_cast<int64_t>((request + 2 * MiB - 1) / (2 * MiB) * (2 * MiB));
+    auto s = stats_of(*a);
+    EXPECT_EQ(current(s, stat_kind::reserved_bytes), mapped) << request;
+    EXPECT_EQ(s.counters.num_device_alloc, request / size_t{piece} + 1) << "whole pieces, then a short one";
+    ASSERT_EQ(a->free(p), status::ok);
+    ASSERT_EQ(a->empty_cache(0), status::ok) << last_error();
+    s = stats_of(*a);
+    EXPECT_EQ(current(s, stat_kind::reserved_bytes), 0);
+    EXPECT_EQ(current(s, stat_kind::segment), 0);
+    EXPECT_EQ(s.counters.num_device_free, s.counters.num_device_alloc) << "one unmap per mapping";
+    backend::host_ledger l;
+    ASSERT_TRUE(backend::read_host_ledger(a->device_backend(), &l));
+    EXPECT_EQ(l.bytes_in_use, 0u);
+  }
+}
+
+// A short piece in the middle of a segment's life: growth after it maps the rest of its 20 MiB
+// stretch as a mapping of its own; unmapping around it takes whole mappings only; once a stretch is
+// wholly unmapped again it is mapped as one piece, as before. The host backend refuses any unmap that
+// is not whole mappings, and validate:on checks every block after each step.
+TEST(Growable, AShortPieceIsMappedAndUnmappedWhole) {
+  auto a = growable("limit:64MiB,oom_report:off");
+  void *first = nullptr, *second = nullptr, *third = nullptr;
+  ASSERT_EQ(a->malloc(50 * MiB, 0, nullptr, &first), status::ok) << last_error();  // pieces 0-2
+  ASSERT_EQ(a->malloc(13 * MiB, 0, nullptr, &second), status::ok) << last_error();  // 10 MiB free + 4 MiB short
+  EXPECT_EQ(static_cast<char*>(second), static_cast<char*>(first) + 50 * MiB);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 64 * int64_t{MiB});
+  void* refused = nullptr;
+  EXPECT_EQ(a->malloc(2 * MiB, 0, nullptr, &refused), status::out_of_memory) << "the limit holds";
+  ASSERT_EQ(a->set_limit(0, 0), status::ok);
+  ASSERT_EQ(a->malloc(20 * MiB, 0, nullptr, &third), status::ok) << last_error();  // 1 MiB free + 16 + 20
+  EXPECT_EQ(static_cast<char*>(third), static_cast<char*>(second) + 13 * MiB);
+  auto s = stats_of(*a);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 100 * int64_t{MiB});
+  EXPECT_EQ(s.counters.num_device_alloc, 6u) << "3 pieces, 4 MiB, the 16 MiB left of that stretch, 1 piece";
+
+  ASSERT_EQ(a->free(second), status::ok);
+  ASSERT_EQ(a->free(third), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok) << last_error();  // [60, 100) goes back: three mappings
+  s = stats_of(*a);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 60 * int64_t{MiB});
+  EXPECT_EQ(s.counters.num_device_free, 3u);
+  void* again = nullptr;
+  ASSERT_EQ(a->malloc(30 * MiB, 0, nullptr, &again), status::ok) << last_error();  // 10 MiB free + one piece
+  EXPECT_EQ(static_cast<char*>(again), static_cast<char*>(first) + 50 * MiB);
+  EXPECT_EQ(stats_of(*a).counters.num_device_alloc, 7u) << "the stretch is whole again: one piece";
+  ASSERT_EQ(a->free(first), status::ok);
+  ASSERT_EQ(a->free(again), status::ok);
+  ASSERT_EQ(a->empty_cache(0), status::ok) << last_error();
+  s = stats_of(*a);
+  EXPECT_EQ(current(s, stat_kind::reserved_bytes), 0);
+  EXPECT_EQ(current(s, stat_kind::segment), 0);
+  EXPECT_EQ(s.counters.num_device_free, 7u);
+}
+
+// The same promise whatever the segments: classic ones here (ctest runs this again with
+// segments:growable). A request of 10 MiB or more gets a segment of its own size rounded to 2 MiB
+// (61 MiB: 62 MiB), so it fits as it is; a smaller large request, whose segment is 20 MiB, gets a
+// segment of its own size (rounded to 2 MiB) where 20 MiB would pass the limit.
+TEST(LimitedDevice, ARequestUpToTheLimitFitsOnAnEmptyDevice) {
+  for (const auto& [request, limit] : {std::pair{61 * MiB, "limit:64MiB"}, std::pair{64 * MiB, "limit:64MiB"},
+                                       std::pair{5 * MiB, "limit:8MiB"}, std::pair{8 * MiB, "limit:8MiB"}}) {
+    auto a = host_allocator(limit);
+    void* p = nullptr;
+    ASSERT_EQ(a->malloc(request, 0, nullptr, &p), status::ok) << request << ": " << last_error();
+    EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes),
+              static_cast<int64_t>((request + 2 * MiB - 1) / (2 * MiB) * (2 * MiB)));
+    ASSERT_EQ(a->free(p), status::ok);
+  }
+  auto a = host_allocator();
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(5 * MiB, 0, nullptr, &p), status::ok);
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes), 20 * int64_t{MiB}) << "no limit: the usual segment";
+  ASSERT_EQ(a->free(p), status::ok);
+}
+
 TEST(Growable, ConfigurationNamesTheChoices) {
   config cfg;
   EXPECT_EQ(cfg.segments, segment_choice::automatic);

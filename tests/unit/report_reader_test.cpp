@@ -343,7 +343,7 @@ TEST(RenderReport, ReasonAndTopAreTheCallersAndWriteTakesThemToo) {
   tracepool_destroy(tp);
 }
 
-TEST(RenderReport, BadOptionsAreRefusedNamingTheField) {
+TEST(RenderReport, BadOptionsAreRefusedSayingWhatWasWrong) {
   tracepool_t* tp = nullptr;
   ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
   const std::string long_reason(65, 'r');
@@ -355,17 +355,17 @@ TEST(RenderReport, BadOptionsAreRefusedNamingTheField) {
     const char* message;
   };
   const bad cases[] = {
-      {0, nullptr, nullptr, 0, "options->size is 0"},
-      {sizeof(size_t), nullptr, nullptr, 0, "options->size is 8"},
-      {1 << 20, nullptr, nullptr, 0, "options->size is 1048576"},
-      {sizeof(tracepool_report_options_t), nullptr, "xml", 0, "options->format 'xml'"},
-      {sizeof(tracepool_report_options_t), nullptr, "", 0, "options->format ''"},
-      {sizeof(tracepool_report_options_t), nullptr, nullptr, -1, "options->top is -1"},
-      {sizeof(tracepool_report_options_t), "", nullptr, 0, "options->reason must be 1 to 64 bytes"},
-      {sizeof(tracepool_report_options_t), long_reason.c_str(), nullptr, 0, "options->reason must be 1 to 64 bytes"},
-      {sizeof(tracepool_report_options_t), "bad \xff utf-8", nullptr, 0, "options->reason is not UTF-8"},
-      {sizeof(tracepool_report_options_t), "two\nlines", nullptr, 0, "options->reason has a control character"},
-      {sizeof(tracepool_report_options_t), "oom", nullptr, 0, "options->reason 'oom' is the library's own"},
+      {0, nullptr, nullptr, 0, "its size is 0"},
+      {sizeof(size_t), nullptr, nullptr, 0, "its size is 8"},
+      {1 << 20, nullptr, nullptr, 0, "its size is 1048576"},
+      {sizeof(tracepool_report_options_t), nullptr, "xml", 0, "unknown report format 'xml'"},
+      {sizeof(tracepool_report_options_t), nullptr, "", 0, "unknown report format ''"},
+      {sizeof(tracepool_report_options_t), nullptr, nullptr, -1, "top is -1"},
+      {sizeof(tracepool_report_options_t), "", nullptr, 0, "reason must be 1 to 64 bytes"},
+      {sizeof(tracepool_report_options_t), long_reason.c_str(), nullptr, 0, "reason must be 1 to 64 bytes"},
+      {sizeof(tracepool_report_options_t), "bad \xff utf-8", nullptr, 0, "reason is not UTF-8"},
+      {sizeof(tracepool_report_options_t), "two\nlines", nullptr, 0, "reason has a control character"},
+      {sizeof(tracepool_report_options_t), "oom", nullptr, 0, "reason 'oom' is the library's own"},
   };
   const std::string valid = core::to_json(every_section("demand"));
   for (const bad& b : cases) {

@@ -4,6 +4,11 @@
  * TRACEPOOL_ERR_* code on failure; tracepool_last_error() then holds a message for the calling thread
  * that says what was wrong. A failed call changes nothing. No function throws or aborts.
  *
+ * Handles: a function given a handle that is not live (destroyed already, or never returned by
+ * tracepool_create or tracepool_default) returns TRACEPOOL_ERR_INVALID_ARGUMENT ("tracepool_malloc:
+ * handle 0x... is not a live tracepool (destroyed, or never created)") and never follows it; NULL is
+ * refused so too. An address that a later tracepool_create returns is that new instance.
+ *
  * Thread safety: every function may be called from any thread at any time, except that
  * tracepool_destroy() must not race with other calls on the same handle.
  *
@@ -86,10 +91,12 @@ typedef struct tracepool_stats {
 /* The process-wide instance, configured from TRACEPOOL_CONF on first call. NULL if that failed
  * (tracepool_last_error() says why, on the calling thread); later calls return the same result. */
 TRACEPOOL_API tracepool_t* tracepool_default(void);
-/* A new instance configured from `conf` ("key:value,key:value"; NULL or "" for defaults). */
+/* A new instance configured from `conf` ("key:value,key:value"; NULL or "" for defaults). At most 1024
+ * instances are live at once: more is TRACEPOOL_ERR_INVALID_ARGUMENT. */
 TRACEPOOL_API int tracepool_create(const char* conf, tracepool_t** out);
 /* Frees every segment and the handle. Blocks still handed out become invalid. NULL is a no-op.
- * Destroying tracepool_default() is refused (it is a no-op). */
+ * Destroying tracepool_default() is refused (it is a no-op). A handle that is not live (destroyed
+ * already, or never created) is left alone, and tracepool_last_error() says so. */
 TRACEPOOL_API void tracepool_destroy(tracepool_t* tp);
 
 /* ---- Allocation (stream-ordered; a stream is a cudaStream_t / CUstream, NULL = default) ------- */
@@ -109,7 +116,9 @@ TRACEPOOL_API int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stre
 TRACEPOOL_API int tracepool_empty_cache(tracepool_t* tp, int device);
 /* Device memory as the driver sees it (like cudaMemGetInfo). */
 TRACEPOOL_API int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* free_bytes, size_t* total_bytes);
-/* Caps the bytes `device` may reserve (0 removes the cap; -1: all devices). */
+/* Caps the bytes `device` may reserve (0 removes the cap; -1: all devices). More than INT64_MAX bytes
+ * is TRACEPOOL_ERR_INVALID_ARGUMENT: reports carry byte counts as int64 (TRACEPOOL_CONF's byte sizes
+ * stop there too). */
 TRACEPOOL_API int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes);
 
 /* ---- Private pools: a CUDA graph's memory, a scoped pool (PyTorch's MemPool) --------------------
@@ -159,7 +168,7 @@ TRACEPOOL_API int tracepool_reset_peak_stats(tracepool_t* tp, int device);      
 TRACEPOOL_API int tracepool_reset_accumulated_stats(tracepool_t* tp, int device); /* allocated, freed, num_* = 0 */
 /* Number of devices this instance manages. */
 TRACEPOOL_API int tracepool_device_count(tracepool_t* tp, int* out);
-/* Name of the backend in use: "cuda" or "host". */
+/* Name of the backend in use: "cuda" or "host"; "" for a handle that is not live (the last error says so). */
 TRACEPOOL_API const char* tracepool_backend_name(tracepool_t* tp);
 /* Checks every internal invariant; TRACEPOOL_ERR_INTERNAL with the broken one named if any fails. */
 TRACEPOOL_API int tracepool_validate(tracepool_t* tp);
@@ -221,7 +230,8 @@ TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, c
  * a NULL options pointer means every default. A caller built against an older, smaller struct gets
  * the defaults of the fields it does not have; a larger struct (a newer header) is accepted only if
  * the fields this library does not know are zero. Bad options are TRACEPOOL_ERR_INVALID_ARGUMENT with
- * a message naming the field. */
+ * a message that says what was wrong in the caller's terms ("unknown report format 'xml': expected
+ * one of json, text, html"), quoting at most 64 bytes of it with control characters shown as \xNN. */
 typedef struct tracepool_report_options {
   size_t size;
   const char* reason; /* why it is made, recorded in the report: NULL gives "demand". UTF-8, 1 to 64
