@@ -151,6 +151,12 @@ size_t walk_set(uintptr_t sp, uint64_t key) {
   return (((sp >> 3) ^ key) * 0x9E3779B97F4A7C15ull) >> 56;
 }
 
+// A word of the stack above this frame: the sanitizers' view of it is not ours (another frame's locals).
+// A function of its own, since GCC does not carry recall()'s attribute into the lambda that reads them.
+__attribute__((no_sanitize("address", "thread"))) uintptr_t stack_word(const uintptr_t* stack, size_t i) {
+  return stack[i];
+}
+
 // The serial of a remembered walk from (sp, bp) whose words still hash to what they did, or 0.
 __attribute__((no_sanitize("address", "thread"))) uint64_t recall(thread_cache* c, uintptr_t sp, uintptr_t bp, size_t max,
                                                                   bool (*stop)(uintptr_t), uint64_t key) {
@@ -162,7 +168,7 @@ __attribute__((no_sanitize("address", "thread"))) uint64_t recall(thread_cache* 
     const remembered_walk& w = c->walks[set][way];
     if (w.serial == 0 || w.sp != sp || w.key != key || w.stop != stop || w.max != max || (w.bp_used && w.bp != bp))
       continue;
-    if (word_hash_of(w.words, [&](size_t j) { return stack[w.where[j]]; }) == w.hash) {
+    if (word_hash_of(w.words, [&](size_t j) { return stack_word(stack, w.where[j]); }) == w.hash) {
       if (i != 0) last = static_cast<uint8_t>(way);
       return w.serial;
     }

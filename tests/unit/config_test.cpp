@@ -165,9 +165,9 @@ TEST(Config, ErrorsQuoteAShortAndHarmlessExcerpt) {
       {"limit:\x1b[2J", "'\\x1b[2J'"},                 // ESC: a terminal would clear the screen
       {"limit:1\n2", "'1\\x0a2'"},                      // a newline would forge a second log line
       {"limit:a\x7f", "'a\\x7f'"},                      // DEL
-      {"limit:\xc2\x9b" "31m", "'\\xc2\\x9b31m'"},      // U+009B, the C1 form of ESC [
+      {"limit:\xc2\x9b" "31m", "'\\x9b31m'"},            // U+009B, the C1 form of ESC [ (Note [Printable text])
       {"limit:\xff\xfe", "'\\xff\\xfe'"},              // not UTF-8
-      {"limit:a\\x1b", "'a\\\\x1b'"},                  // a backslash is doubled: never read as an escape
+      {"limit:\xe2\x80\xae" "x", "'\\u202ex'"},         // U+202E, which would show the line backwards
       {"limit:caf\xc3\xa9", "'caf\xc3\xa9'"},           // printable UTF-8 is kept
       {"\x1b]0;owned\x07:1", "unknown key '\\x1b]0;owned\\x07'"},
       {"backend:host\r", "bad value 'host\\x0d'"},
