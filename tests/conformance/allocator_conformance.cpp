@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <string>
@@ -336,6 +337,32 @@ TEST_P(Conformance, ReservedRangesRefuseADoubleMapAndAFullDeviceCleanly) {
   EXPECT_EQ(be.map(0, big, beyond), status::out_of_memory) << last_error();
   EXPECT_EQ(be.free_range(0, big, beyond), status::ok) << "nothing of it mapped: " << last_error();
   EXPECT_EQ(be.free_range(0, base, 4 * page), status::ok) << last_error();
+}
+
+// Under a limit any request up to it fits on an empty device: growable segments map a short last piece
+// (whole 2 MiB pages) where whole pieces would pass the limit, classic ones a segment of the request's
+// size; each is written, read back, freed and given back whole.
+TEST_P(Conformance, ARequestUpToTheLimitFitsOnAnEmptyDevice) {
+  constexpr size_t MiB = size_t{1} << 20;
+  config cfg;
+  const std::string text = "backend:" + backend_name() + ",validate:on,limit:64MiB" +
+                           (growable() ? ",segments:growable" : ",segments:classic");
+  ASSERT_EQ(parse_config(text.c_str(), &cfg), status::ok) << last_error();
+  std::unique_ptr<allocator> limited;
+  ASSERT_EQ(allocator::create(cfg, &limited), status::ok) << last_error();
+  for (const size_t request : {61 * MiB, 64 * MiB, 5 * MiB}) {
+    void* p = nullptr;
+    ASSERT_EQ(limited->malloc(request, 0, nullptr, &p), status::ok) << request << ": " << last_error();
+    device_stats st;
+    ASSERT_EQ(limited->stats(0, &st), status::ok);
+    EXPECT_LE(st.table.at(stat_kind::reserved_bytes, all_pools).current, int64_t{64 << 20});
+    if (backend_name() == "host") std::memset(p, 0x5a, request);  // on CUDA the stress suite's kernels write
+    ASSERT_EQ(limited->free(p), status::ok);
+    ASSERT_EQ(limited->empty_cache(0), status::ok) << last_error();
+    ASSERT_EQ(limited->stats(0, &st), status::ok);
+    EXPECT_EQ(st.table.at(stat_kind::reserved_bytes, all_pools).current, 0) << request;
+  }
+  EXPECT_EQ(limited->validate(), status::ok) << last_error();
 }
 
 // Note [No context as a side effect] (core/backend/backend.h): a device is asked about (its memory, its
