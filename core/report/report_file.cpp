@@ -272,7 +272,9 @@ void take_mode(int fd, const struct ::stat* replaced) {
     (void)::fchmod(fd, 0666 & ~current_umask());
     return;
   }
-  (void)::fchown(fd, ::geteuid() == 0 ? replaced->st_uid : static_cast<uid_t>(-1), replaced->st_gid);
+  if (::fchown(fd, ::geteuid() == 0 ? replaced->st_uid : static_cast<uid_t>(-1), replaced->st_gid) != 0) {
+    // not allowed (a group this process is not in): the file keeps the process's own group
+  }
   (void)::fchmod(fd, replaced->st_mode & 0777);
 }
 
