@@ -69,7 +69,7 @@ int write_now() {
     core::report r;
     if (status s = core::build_report(*instance->impl, "exit", &r); s != status::ok) return s;
     core::report_format format;
-    if (status s = core::report_format_of(nullptr, path, "TRACEPOOL_REPORT", &format); s != status::ok) return s;
+    if (status s = core::report_format_of(nullptr, path, &format); s != status::ok) return s;
     const std::string content = core::render(r, format);
     const std::string where = core::expand_report_path(path, core::this_process());  // Note [Ranks]
     std::string written_to, why;

@@ -37,7 +37,7 @@ struct report_request {
   // A string's rendering (checked by read_options): text unless the format says otherwise.
   std::string render(const core::report& r) const {
     core::report_format f = core::report_format::text;
-    (void)core::report_format_of(format, nullptr, "", &f);
+    (void)core::report_format_of(format, nullptr, &f);
     return core::render(r, f, top);
   }
 };

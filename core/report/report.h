@@ -261,9 +261,9 @@ std::string to_html(const std::vector<const report*>& reports);
 
 enum class report_format { json, text, html };
 // `format` "json", "text" or "html"; nullptr or "": by `path`'s extension (".json" JSON, ".html" or
-// ".htm" HTML, anything else text; no path: text). Anything else is invalid_argument, its message
-// starting with `function`.
-status report_format_of(const char* format, const char* path, const char* function, report_format* out);
+// ".htm" HTML, anything else text; no path: text). Anything else is invalid_argument ("unknown report
+// format 'xml': expected one of json, text, html").
+status report_format_of(const char* format, const char* path, report_format* out);
 std::string render(const report& r, report_format format, size_t top_sites = 10);
 
 // The few lines added to an out-of-memory message: largest free block, cached bytes, fragmentation and

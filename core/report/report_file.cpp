@@ -55,6 +55,7 @@
 #include <cstring>
 
 #include "base/bounded_write.h"
+#include "base/excerpt.h"
 #include "report/report.h"
 
 namespace tracepool::core {
@@ -461,7 +462,7 @@ status write_file_or_fallback(const char* path, const void* data, size_t size, s
   return write_to_temporary_folder(path, data, size, written_to);
 }
 
-status report_format_of(const char* format, const char* path, const char* function, report_format* out) {
+status report_format_of(const char* format, const char* path, report_format* out) {
   const std::string fmt = format == nullptr ? "" : format;
   if (fmt == "json") {
     *out = report_format::json;
@@ -470,7 +471,8 @@ status report_format_of(const char* format, const char* path, const char* functi
   } else if (fmt == "html") {
     *out = report_format::html;
   } else if (!fmt.empty()) {
-    return fail(status::invalid_argument, "%s: format '%.32s' is not json, text or html", function, fmt.c_str());
+    return fail(status::invalid_argument, "unknown report format '%s': expected one of json, text, html",
+                excerpt(fmt).c_str());
   } else {
     const std::string p = path == nullptr ? "" : path;
     *out = ends_with(p, ".json") ? report_format::json
@@ -495,7 +497,7 @@ std::string render(const report& r, report_format format, size_t top_sites) {
 status write_report_to(const report& r, const char* path, const char* format, size_t top_sites) {
   if (path == nullptr) return fail(status::invalid_argument, "write_report: path is NULL");
   report_format f;
-  if (status s = report_format_of(format, path, "write_report", &f); s != status::ok) return s;
+  if (status s = report_format_of(format, path, &f); s != status::ok) return s;
   const std::string content = render(r, f, top_sites);
   const std::string where = expand_report_path(path, this_process());  // Note [Ranks]
   return write_to(where, content.data(), content.size(), writer{"reports"});
