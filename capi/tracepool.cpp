@@ -299,6 +299,45 @@ int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out
   });
 }
 
+struct tracepool_pool_checkpoint {
+  const tracepool_t* owner;
+  core::pool_checkpoint state;
+};
+
+int tracepool_pool_checkpoint(tracepool_t* tp, int device, uint64_t pool, tracepool_pool_checkpoint_t** out) {
+  return guarded("tracepool_pool_checkpoint", [&] {
+    if (status s = check_handle(tp, "tracepool_pool_checkpoint"); s != status::ok) return s;
+    if (out == nullptr) return fail(status::invalid_argument, "tracepool_pool_checkpoint: out is NULL");
+    *out = nullptr;
+    auto cp = std::make_unique<tracepool_pool_checkpoint_t>();
+    cp->owner = tp;
+    if (status s = tp->impl->checkpoint_pool(device, pool, &cp->state); s != status::ok) return s;
+    *out = cp.release();
+    return status::ok;
+  });
+}
+
+int tracepool_pool_restore(tracepool_t* tp, const tracepool_pool_checkpoint_t* checkpoint, tracepool_pointer_fn freed,
+                           tracepool_pointer_fn made, void* context) {
+  return guarded("tracepool_pool_restore", [&] {
+    if (status s = check_handle(tp, "tracepool_pool_restore"); s != status::ok) return s;
+    if (checkpoint == nullptr) return fail(status::invalid_argument, "tracepool_pool_restore: checkpoint is NULL");
+    if (checkpoint->owner != tp)
+      return fail(status::invalid_argument, "tracepool_pool_restore: the checkpoint was taken by another instance");
+    std::vector<void*> gone, back;
+    const status s = tp->impl->restore_pool(checkpoint->state, &gone, &back);
+    // What happened is told even after a failure part way (it can only be internal): the caller's
+    // records must follow the pool's.
+    if (freed != nullptr)
+      for (void* p : gone) freed(context, p);
+    if (made != nullptr)
+      for (void* p : back) made(context, p);
+    return s;
+  });
+}
+
+void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* checkpoint) { delete checkpoint; }
+
 int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label) {
   return guarded("tracepool_pool_label", [&] {
     if (status s = check_handle(tp, "tracepool_pool_label"); s != status::ok) return s;

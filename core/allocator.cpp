@@ -319,6 +319,56 @@ status allocator::pool_blocks(int device, uint64_t pool, std::vector<void*>* out
   return status::ok;
 }
 
+status allocator::checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out) {
+  if (out == nullptr) return fail(status::invalid_argument, "checkpoint_pool: out is NULL");
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  device_cache& dev = *devices_[static_cast<size_t>(device)];
+  if (!dev.pool_exists(pool))
+    return fail(status::invalid_argument, "checkpoint_pool: device %d has no private pool %llu (released, or never "
+                "retained)", device, static_cast<unsigned long long>(pool));
+  out->device = device;
+  out->pool = pool;
+  out->blocks.clear();
+  dev.checkpoint(pool, &out->blocks);
+  return status::ok;
+}
+
+status allocator::restore_pool(const pool_checkpoint& cp, std::vector<void*>* freed, std::vector<void*>* made) {
+  if (freed == nullptr || made == nullptr) return fail(status::invalid_argument, "restore_pool: an out-list is NULL");
+  if (status s = check_pool(cp.device, cp.pool); s != status::ok) return s;
+  device_cache& dev = *devices_[static_cast<size_t>(cp.device)];
+  if (!dev.pool_exists(cp.pool))
+    return fail(status::invalid_argument, "restore_pool: device %d has no private pool %llu (released, or never "
+                "retained)", cp.device, static_cast<unsigned long long>(cp.pool));
+  // Waiting for record_stream events would break a capture running anywhere (Note [Capture]).
+  const bool can_wait = !gate_.closed();
+  if (status s = dev.check_restorable(cp, can_wait); s != status::ok) return s;
+  std::vector<void*> now;
+  dev.pool_blocks(cp.pool, &now);
+  freed->reserve(freed->size() + now.size());
+  made->reserve(made->size() + cp.blocks.size());
+  for (void* ptr : now) {
+    if (status s = free(ptr); s != status::ok) return s;
+    freed->push_back(ptr);
+  }
+  dev.finish_pending(cp.pool, can_wait);
+  for (const pool_checkpoint::held& h : cp.blocks) {
+    block* b = nullptr;
+    if (status s = dev.restore_block(cp.pool, h, &b); s != status::ok) return s;
+    try {
+      live_.insert(b->ptr, b);
+    } catch (const std::bad_alloc&) {
+      bool taken = false;
+      (void)dev.free(b, &taken);
+      return fail(status::internal, "restore_pool: host memory exhausted while recording a block");
+    }
+    if (observers_.wanted(alloc_events))
+      observers_.alloc(block_event{b->ptr, b->size, h.requested, cp.device, h.stream, h.site, h.birth});
+    made->push_back(b->ptr);
+  }
+  return status::ok;
+}
+
 status allocator::label_pool(int device, uint64_t pool, const char* label) {
   if (status s = check_pool(device, pool); s != status::ok) return s;
   if (status s = check_label("pool_label", label); s != status::ok) return s;

@@ -73,6 +73,14 @@ class allocator final : public fork_participant {
   status empty_pool(int device, uint64_t pool);
   // Addresses of the pool's allocated blocks.
   status pool_blocks(int device, uint64_t pool, std::vector<void*>* out);
+  // Note [Pool checkpoints] in private_pool.h: the pool's allocated blocks now (PyTorch's
+  // getCheckpointState). invalid_argument if the pool is not retained.
+  status checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out);
+  // Makes the pool's allocated blocks exactly those of `cp` (setCheckpointPoolState): frees every block
+  // it has allocated now (their addresses appended to *freed) and hands out each checkpointed block again
+  // at its address (appended to *made; the caller owns them). Checks first and changes nothing if a
+  // checkpointed block's memory is no longer the pool's.
+  status restore_pool(const pool_checkpoint& cp, std::vector<void*>* freed, std::vector<void*>* made);
   // Names the pool's kind in reports ("CUDA graph"); the label is checked as tags' are (check_label)
   // and copied. invalid_argument if the pool is not retained.
   status label_pool(int device, uint64_t pool, const char* label);

@@ -1,5 +1,6 @@
 #include "device_cache.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <new>
@@ -119,6 +120,70 @@ void device_cache::pool_blocks(uint64_t pool, std::vector<void*>* out) {
     for (const block_record& r : records)
       if (r.live) out->push_back(reinterpret_cast<void*>(r.address));
   }
+}
+
+void device_cache::checkpoint(uint64_t pool, std::vector<pool_checkpoint::held>* out) {
+  std::vector<block_record> records;
+  for (stream_pool* p : pools_snapshot()) {
+    if (p->pool() != pool) continue;
+    std::lock_guard<std::mutex> lock(p->mutex());
+    p->collect(&records);
+  }
+  for (const block_record& r : records)
+    if (r.live)
+      out->push_back(pool_checkpoint::held{reinterpret_cast<char*>(r.address), r.size, r.requested,
+                                           reinterpret_cast<backend::stream_handle>(r.stream), r.site, r.birth});
+  std::sort(out->begin(), out->end(), [](const auto& a, const auto& b) { return a.ptr < b.ptr; });
+}
+
+stream_pool* device_cache::existing_pool(backend::stream_handle stream, uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& p : pools_)
+    if (p->stream() == stream && p->pool() == pool) return p.get();
+  return nullptr;
+}
+
+status device_cache::check_restorable(const pool_checkpoint& cp, bool can_wait) {
+  for (const pool_checkpoint::held& h : cp.blocks) {
+    stream_pool* p = existing_pool(h.stream, cp.pool);
+    bool ok = false;
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> lock(p->mutex());
+      ok = p->restorable(h.ptr, h.size, can_wait);
+    }
+    if (!ok)
+      return fail(status::invalid_argument,
+                  "restore_pool: the checkpoint's block at %p (%zu bytes, stream %p) is no longer in private pool "
+                  "%llu on device %d with memory behind it%s; nothing was changed",
+                  static_cast<void*>(h.ptr), h.size, h.stream, static_cast<unsigned long long>(cp.pool), device_,
+                  can_wait ? "" : ", or waits for record_stream work while a capture runs");
+  }
+  return status::ok;
+}
+
+void device_cache::finish_pending(uint64_t pool, bool wait) {
+  for (stream_pool* p : pools_snapshot()) {
+    if (p->pool() != pool) continue;
+    std::lock_guard<std::mutex> lock(p->mutex());
+    p->process_pending(wait, /*stream_alive=*/false);
+  }
+}
+
+status device_cache::restore_block(uint64_t pool, const pool_checkpoint::held& h, block** out) {
+  *out = nullptr;
+  if (stream_pool* p = existing_pool(h.stream, pool)) {
+    std::lock_guard<std::mutex> lock(p->mutex());
+    *out = p->allocate_at(h.ptr, h.size, h.requested, block_tag{h.site, h.birth});
+    if (*out != nullptr && validate_)
+      if (status s = check(p, "restoring a checkpoint"); s != status::ok) {
+        (void)p->free(*out);  // nothing handed out, nothing lost
+        *out = nullptr;
+        return s;
+      }
+  }
+  if (*out != nullptr) return status::ok;
+  return fail(status::internal, "restore_pool: the memory of the checkpoint's block at %p (%zu bytes) is not free "
+              "after the pool's blocks were freed (a bug in tracepool)", static_cast<void*>(h.ptr), h.size);
 }
 
 // The label is copied by the caller, so that nothing is allocated under the device lock.

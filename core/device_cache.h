@@ -64,6 +64,14 @@ class device_cache {
   status empty_pool(uint64_t pool);
   // The addresses of `pool`'s allocated blocks.
   void pool_blocks(uint64_t pool, std::vector<void*>* out);
+  // Note [Pool checkpoints] in private_pool.h. The allocated blocks of `pool`, in address order.
+  void checkpoint(uint64_t pool, std::vector<pool_checkpoint::held>* out);
+  // Whether every block of `cp` can be restored (stream_pool::restorable); names the first that cannot.
+  status check_restorable(const pool_checkpoint& cp, bool can_wait);
+  // Finishes the pending frees of `pool`'s stream pools, waiting for their events if `wait`.
+  void finish_pending(uint64_t pool, bool wait);
+  // Hands out checkpointed block `h` of `pool` again, at its address (stream_pool::allocate_at).
+  status restore_block(uint64_t pool, const pool_checkpoint::held& h, block** out);
   // Names the kind of a retained pool in reports; invalid_argument if `pool` is not retained.
   status label_pool(uint64_t pool, std::string label);
   // Every private pool still retained, by id. A block whose pool is not among them is ordinary
@@ -112,6 +120,7 @@ class device_cache {
   void unmap_all(segment* s);
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
+  stream_pool* existing_pool(backend::stream_handle stream, uint64_t pool);
   status release_free_segments(stream_pool* pool, bool wait);
   bool retired(const stream_pool* pool);
   status check(stream_pool* pool, const char* after);

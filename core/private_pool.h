@@ -35,6 +35,43 @@ namespace tracepool::core {
 //   - Blocks record nothing new: their segment's stream pool knows the pool. Reports group a private
 //     pool's blocks under the call site that opened its first route (the capture's line).
 
+// Note [Pool checkpoints]
+// Rationale: torch.compile's CUDA-graph trees record every graph of a tree into one private pool. When
+// a program takes a second path (training, then evaluation; a new input shape while earlier outputs
+// are kept), the new graph must be recorded as if it followed the graph it branches from: the pool
+// must hold exactly the blocks that were allocated when that graph's recording ended, at the same
+// addresses, whatever was allocated in the pool since. PyTorch's allocator offers getCheckpointState
+// and setCheckpointPoolState for this (Note [Checkpointing PrivatePoolState] in its
+// CUDACachingAllocator.cpp); tracepool offers the same.
+// Approach:
+//   - A checkpoint is the pool's allocated blocks: address, size, requested bytes, stream, call site.
+//     Free memory needs no record: free neighbours always merge, so the allocated blocks alone fix
+//     every free block of the pool's segments.
+//   - Restoring first checks that every checkpointed block still lies in a segment of the pool, on its
+//     stream, with memory behind it (private pools keep their segments while retained), and changes
+//     nothing if one does not. Then every block the pool has allocated now is freed (its owner is told
+//     to forget it: PyTorch swaps the storages' deleters), pending record_stream frees are waited for,
+//     and each checkpointed block is carved out of the free memory at its address and handed out
+//     again, with its old call site. The caller learns both lists: the addresses freed and the blocks
+//     made (the same address may be in both).
+//   - Observers hear ordinary frees and allocations, so the call-site counts, the history and reports
+//     stay exact.
+// Limits: not during a capture of the pool (PyTorch restores between recordings); a block whose
+// record_stream work is still pending is waited for, which needs no capture running anywhere.
+struct pool_checkpoint {
+  struct held {
+    char* ptr;
+    size_t size;       // rounded, as the block had it
+    size_t requested;
+    backend::stream_handle stream;
+    uint32_t site;
+    uint32_t birth;
+  };
+  int device = 0;
+  uint64_t pool = 0;
+  std::vector<held> blocks;  // address order
+};
+
 // A route's filter: nonzero when an allocation on `stream` goes to the route's pool. Runs on the
 // allocating thread before any allocator lock, under the routes' own lock: it must not call back
 // into tracepool. NULL filter: allocations on the stream `context` are routed.

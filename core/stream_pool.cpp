@@ -85,6 +85,13 @@ block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_t
     b->size = rounded;
     insert_free(rest);
   }
+  hand_out(b, requested, tag);
+  return b;
+}
+
+// A block leaves the free lists' world: allocated to a caller, counted.
+void stream_pool::hand_out(block* b, size_t requested, block_tag tag) {
+  const pool_kind kind = b->seg->kind;
   b->state = block_state::allocated;
   b->requested = requested;
   b->site = tag.site;
@@ -95,6 +102,41 @@ block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_t
   stats_.increase(stat_kind::active, kind, 1);
   stats_.increase(stat_kind::active_bytes, kind, bytes);
   stats_.increase(stat_kind::requested_bytes, kind, static_cast<int64_t>(requested));
+}
+
+// The block of this pool that holds address `ptr`, in whatever state; nullptr if none does.
+block* stream_pool::block_at(const char* ptr) const {
+  for (segment* s = segments_; s != nullptr; s = s->pool_next) {
+    if (ptr < s->ptr || ptr >= s->ptr + s->size) continue;
+    for (block* b = s->first; b != nullptr; b = b->next)
+      if (ptr < b->ptr + b->size) return b;
+  }
+  return nullptr;
+}
+
+bool stream_pool::restorable(const char* ptr, size_t size, bool can_wait) const {
+  const block* b = block_at(ptr);
+  if (b == nullptr || size == 0 || ptr + size > b->seg->ptr + b->seg->size) return false;
+  for (; b != nullptr && b->ptr < ptr + size; b = b->next) {
+    const bool waits = b->state == block_state::pending_free ||
+                       (b->state == block_state::allocated && b->stream_uses != nullptr && !b->stream_uses->empty());
+    if (b->state == block_state::unmapped || (waits && !can_wait)) return false;
+  }
+  return true;
+}
+
+block* stream_pool::allocate_at(char* ptr, size_t size, size_t requested, block_tag tag) {
+  block* b = block_at(ptr);
+  if (b == nullptr || b->state != block_state::free || ptr + size > b->ptr + b->size) return nullptr;
+  keep_spares(2);  // may throw: before any change
+  erase_free(b);
+  if (ptr > b->ptr) {
+    block* at = split_off(b, static_cast<size_t>(ptr - b->ptr));
+    insert_free(b);
+    b = at;
+  }
+  if (b->size > size) insert_free(split_off(b, size));
+  hand_out(b, requested, tag);
   return b;
 }
 

@@ -36,6 +36,15 @@ class stream_pool {
   block* find_free(size_t rounded, pool_kind kind) const;
   // Hands out free block `b` (split if worthwhile) for a request of `requested` bytes.
   block* allocate(block* b, size_t rounded, size_t requested, block_tag tag);
+  // ---- Pool checkpoints (Note [Pool checkpoints] in private_pool.h) ----
+  // Whether [ptr, ptr + size) lies inside one segment of this pool, with memory behind all of it, and
+  // becomes free once every block allocated in it is freed: no pending free overlaps it, nor an
+  // allocated block with record_stream streams, unless `can_wait` (for their events).
+  bool restorable(const char* ptr, size_t size, bool can_wait) const;
+  // Hands out [ptr, ptr + size) of this pool's free memory as one block, exactly there: the free
+  // block holding it keeps what lies before and after. nullptr (nothing changed) if no free block
+  // holds it whole. May throw bad_alloc before any change.
+  block* allocate_at(char* ptr, size_t size, size_t requested, block_tag tag);
   // Takes back an allocated block; with record_stream streams it becomes pending until they are done.
   status free(block* b);
   // Finishes pending frees whose events completed (all of them, waiting, if `wait`).
@@ -99,6 +108,8 @@ class stream_pool {
   status validate() const;
 
  private:
+  void hand_out(block* b, size_t requested, block_tag tag);
+  block* block_at(const char* ptr) const;
   block* new_block();
   void recycle(block* b);
   void insert_free(block* b);

@@ -102,12 +102,20 @@ int run_filter(void* context, void* stream) {
 }
 void delete_filter(void* context) { delete static_cast<std::function<bool(cudaStream_t)>*>(context); }
 
-// What getCheckpointState hands CUDA-graph trees: the pool's allocated blocks when it was taken.
+// What getCheckpointState hands CUDA-graph trees: tracepool's checkpoint of the pool (Note [Pool
+// checkpoints] in core/private_pool.h), for setCheckpointPoolState to restore.
 struct pool_checkpoint final : cca::AllocatorState {
-  c10::DeviceIndex device;
-  MempoolId_t pool;
-  std::vector<void*> blocks;
+  c10::DeviceIndex device = 0;
+  std::unique_ptr<tracepool_pool_checkpoint_t, void (*)(tracepool_pool_checkpoint_t*)> state{
+      nullptr, &tracepool_pool_checkpoint_free};
 };
+
+// The lists a restore tells, in the C API's callbacks.
+struct restore_lists {
+  std::vector<void*> freed, made;
+};
+void note_freed(void* lists, void* ptr) { static_cast<restore_lists*>(lists)->freed.push_back(ptr); }
+void note_made(void* lists, void* ptr) { static_cast<restore_lists*>(lists)->made.push_back(ptr); }
 
 class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator {
  public:
@@ -268,17 +276,29 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     return true;
   }
   std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device, MempoolId_t pool) override {
-    auto state = std::make_shared<pool_checkpoint>();
-    state->device = device;
-    state->pool = pool;
-    state->blocks = pool_blocks(device, pool);
-    return state;
+    auto cp = std::make_shared<pool_checkpoint>();
+    cp->device = device;
+    tracepool_pool_checkpoint_t* state = nullptr;
+    check(tracepool_pool_checkpoint(instance(), device, pool_key(pool), &state), "getCheckpointState");
+    cp->state.reset(state);
+    return cp;
   }
-  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<cca::AllocatorState>) override {
-    TORCH_CHECK(false, "tracepool does not support setCheckpointPoolState: torch.compile's CUDA-graph trees ask for "
-                "it when they record a new graph while an earlier graph's outputs are still alive (a second "
-                "path through the tree). Use mode=\"reduce-overhead\" on code with one path, or "
-                "torch._inductor.config.triton.cudagraph_trees = False, or PyTorch's own allocator.");
+  // PyTorch's contract (Module.cpp's _cuda_setCheckpointPoolState): ptrs_freed are the blocks the pool
+  // had allocated, which their storages no longer own; dataptrs_allocd own the checkpoint's blocks, made
+  // again, with this allocator's deleter (PyTorch hands them to the live storages, releases the rest).
+  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device, std::shared_ptr<cca::AllocatorState> as) override {
+    const auto* cp = dynamic_cast<const pool_checkpoint*>(as.get());
+    TORCH_CHECK(cp != nullptr && cp->state != nullptr, "tracepool: setCheckpointPoolState: the state is not a "
+                "checkpoint that tracepool's getCheckpointState made");
+    TORCH_CHECK(cp->device == device, "tracepool: setCheckpointPoolState: the checkpoint is of device ",
+                static_cast<int>(cp->device), ", not ", static_cast<int>(device));
+    restore_lists seen;
+    const int rc = tracepool_pool_restore(instance(), cp->state.get(), &note_freed, &note_made, &seen);
+    cca::CheckpointDelta delta;
+    delta.ptrs_freed = std::move(seen.freed);
+    for (void* p : seen.made) delta.dataptrs_allocd.emplace_back(p, p, &delete_block, c10::Device(c10::DeviceType::CUDA, device));
+    check(rc, "setCheckpointPoolState");  // a failure part way frees what was made, through the DataPtrs
+    return delta;
   }
 
   // ---- Out of memory -----------------------------------------------------------------------------

@@ -27,8 +27,8 @@ faulthandler.enable()  # a crash prints the Python stack
 # failed_capture last: under PyTorch's own allocator a failed capture leaves its pool's route open (its
 # capture_end throws before endAllocateToPool), and a MemPool destroyed after that trips an internal
 # assert (captures_underway.empty(), in synchronize_and_free_events): seen on the H200, torch 2.11.
-CHECKS = ("linear_graph", "graphed_mlp_training", "shared_pool", "reduce_overhead", "mempool", "oom_observer",
-          "report_pool", "failed_capture")
+CHECKS = ("linear_graph", "graphed_mlp_training", "shared_pool", "reduce_overhead", "tree_train_eval",
+          "tree_shapes_kept", "mempool", "oom_observer", "report_pool", "failed_capture")
 
 
 def seeded(torch, seed, *shape):
@@ -176,6 +176,67 @@ def check_reduce_overhead(torch):
     if abs(expected - sums[-1]) > 1e-3 * max(1.0, abs(expected)):
         raise AssertionError("compiled output %r differs from eager %r" % (sums[-1], expected))
     return sums, "6 steps (warmup, record, replays) equal eager within 1e-3"
+
+
+def _tree_checkpoints(torch):
+    """How many times torch.compile's CUDA-graph trees restored a pool checkpoint on this thread
+    (setCheckpointPoolState, a second path through a tree); -1 where this torch does not say."""
+    try:
+        from torch._inductor import cudagraph_trees
+
+        manager = cudagraph_trees.get_container(torch.cuda.current_device()).tree_manager
+        return int(manager.debug_checkpointing_counter) if manager is not None else 0
+    except (AttributeError, ImportError):
+        return -1
+
+
+def check_tree_train_eval(torch):
+    """The most common loop there is: a small MLP compiled with reduce-overhead, trained with AdamW on
+    fresh batches for 12 steps and evaluated through the same compiled model every third step under
+    no_grad, keeping only Python floats. Evaluation is a second path through the CUDA-graph tree:
+    the trees restore the pool's checkpoint (setCheckpointPoolState) before recording it."""
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 128),
+                                torch.nn.GELU(), torch.nn.Linear(128, 1)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    train, evals = [], []
+    for step in range(12):
+        model.train()
+        loss = F.mse_loss(compiled(seeded(torch, 400 + step, 32, 64)), seeded(torch, 500 + step, 32, 1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        train.append(loss.item())
+        if step % 3 == 2:
+            model.eval()
+            with torch.no_grad():
+                evals.append(F.mse_loss(compiled(seeded(torch, 600 + step, 32, 64)), seeded(torch, 700 + step, 32, 1)).item())
+    checkpoints = _tree_checkpoints(torch)
+    return train + evals + [checkpoints], "%d training and %d evaluation losses; %d checkpoint restores" % (
+        len(train), len(evals), checkpoints)
+
+
+def check_tree_shapes_kept(torch):
+    """Inference whose batch size varies while earlier outputs are kept alive: each new shape records a
+    new graph beside live outputs of the others (a generation loop's pattern). Sums equal eager's."""
+    model = _MLP.make(torch)
+    compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    kept, sums, worst = [], [], 0.0
+    with torch.no_grad():
+        for i, batch in enumerate((8, 16, 8, 32, 16, 8, 32, 16)):
+            x = seeded(torch, 800 + i, batch, 256)
+            out = compiled(x)
+            sums.append(out.double().sum().item())
+            kept.append(out)
+            expected = model(x).double().sum().item()
+            worst = max(worst, abs(expected - sums[-1]) / max(1.0, abs(expected)))
+    if worst > 1e-3:
+        raise AssertionError("compiled outputs differ from eager by up to %.3g (relative)" % worst)
+    checkpoints = _tree_checkpoints(torch)
+    del kept
+    return sums + [checkpoints], "8 batches of 3 shapes, outputs kept, equal eager within 1e-3; %d checkpoint restores" % checkpoints
 
 
 def check_mempool(torch):

@@ -162,6 +162,24 @@ TRACEPOOL_API int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t po
  * call replaces it. TRACEPOOL_ERR_INVALID_ARGUMENT if the pool is not retained or the label is bad. */
 TRACEPOOL_API int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label);
 
+/* Checkpoints of a private pool (PyTorch's getCheckpointState/setCheckpointPoolState, which
+ * torch.compile's CUDA-graph trees use to record a second path through a tree). A checkpoint is the
+ * pool's allocated blocks at one moment: address, size, stream and call site. Restoring it frees every
+ * block the pool has allocated now, then hands each checkpointed block out again at its address, so the
+ * pool's allocated blocks are exactly the checkpoint's. `freed` is called with each address freed and
+ * `made` with each block made (the caller owns it, to free with tracepool_free), once the restore is
+ * done, with no lock held; either may be NULL, and one address may be in both. If a checkpointed
+ * block's memory is no longer the pool's, or is still used by record_stream work while a capture runs,
+ * TRACEPOOL_ERR_INVALID_ARGUMENT and nothing changes. A checkpoint belongs to the instance that took it;
+ * release it with tracepool_pool_checkpoint_free (NULL is a no-op). */
+typedef struct tracepool_pool_checkpoint tracepool_pool_checkpoint_t;
+typedef void (*tracepool_pointer_fn)(void* context, void* ptr);
+TRACEPOOL_API int tracepool_pool_checkpoint(tracepool_t* tp, int device, uint64_t pool,
+                                            tracepool_pool_checkpoint_t** out);
+TRACEPOOL_API int tracepool_pool_restore(tracepool_t* tp, const tracepool_pool_checkpoint_t* checkpoint,
+                                         tracepool_pointer_fn freed, tracepool_pointer_fn made, void* context);
+TRACEPOOL_API void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* checkpoint);
+
 /* ---- Statistics ---------------------------------------------------------------------------- */
 TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);
 TRACEPOOL_API int tracepool_reset_peak_stats(tracepool_t* tp, int device);        /* peak = current */
