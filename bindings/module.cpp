@@ -515,6 +515,13 @@ PYBIND11_MODULE(_tracepool, m) {
       "Where a report written to `path` now goes: {rank}, {pid} and {host} replaced, and under a launcher of "
       "several ranks '-rank<N>' added before the extension of a path that names neither {rank} nor {pid}.");
   m.def(
+      "record_history",
+      [](size_t max_entries, bool clear) {
+        call_default([&](tracepool_t* tp) { return tracepool_record_history(tp, max_entries, clear ? 1 : 0); });
+      },
+      py::arg("max_entries"), py::arg("clear") = false,
+      "Records the allocation history from now on, the newest max_entries events (0: stops and forgets it).");
+  m.def(
       "torch_snapshot_json",
       [] {
         char* text = nullptr;

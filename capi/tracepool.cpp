@@ -338,6 +338,13 @@ int tracepool_pool_restore(tracepool_t* tp, const tracepool_pool_checkpoint_t* c
 
 void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* checkpoint) { delete checkpoint; }
 
+int tracepool_record_history(tracepool_t* tp, size_t max_entries, int clear) {
+  return guarded("tracepool_record_history", [&] {
+    if (status s = check_handle(tp, "tracepool_record_history"); s != status::ok) return s;
+    return tp->impl->record_history(max_entries, clear != 0);
+  });
+}
+
 int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label) {
   return guarded("tracepool_pool_label", [&] {
     if (status s = check_handle(tp, "tracepool_pool_label"); s != status::ok) return s;

@@ -55,6 +55,7 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
     : instance_(next_instance.fetch_add(1)), backend_(std::move(be)), tracer_(std::move(tr)), history_(std::move(h)) {
   (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
   if (history_ != nullptr) (void)observers_.subscribe(history_.get());
+  history_view_.store(history_.get(), std::memory_order_release);
   const bool growable = cfg.segments == segment_choice::growable ||
                         (cfg.segments == segment_choice::automatic && std::strcmp(backend_->name(), "cuda") == 0);
   for (int d = 0; d < backend_->device_count(); ++d)
@@ -378,6 +379,32 @@ status allocator::label_pool(int device, uint64_t pool, const char* label) {
 status allocator::retained_pools(int device, std::vector<private_pool_info>* out) {
   if (status s = check_device(device); s != status::ok) return s;
   *out = devices_[static_cast<size_t>(device)]->retained_pools();
+  return status::ok;
+}
+
+status allocator::record_history(size_t entries, bool clear) {
+  if (entries > max_history_entries)
+    return fail(status::invalid_argument, "record_history: %zu entries is more than %zu", entries, max_history_entries);
+  std::lock_guard<std::mutex> lock(history_mutex_);
+  if (entries == 0) {
+    if (history_ != nullptr) {
+      history_->set_recording(false);
+      history_->clear();
+    }
+    return status::ok;
+  }
+  if (history_ == nullptr) {
+    std::unique_ptr<history> h;
+    if (status s = history::create(entries, &h); s != status::ok) return s;
+    if (status s = observers_.subscribe(h.get()); s != status::ok) return s;
+    history_ = std::move(h);
+    history_view_.store(history_.get(), std::memory_order_release);
+    return status::ok;
+  }
+  if (clear) history_->clear();
+  if (entries != history_->capacity())
+    if (status s = history_->resize(entries); s != status::ok) return s;
+  history_->set_recording(true);
   return status::ok;
 }
 

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend/backend.h"
@@ -95,8 +96,11 @@ class allocator final : public fork_participant {
   // `o` hears every event from now on (Note [Observers]); it must outlive the allocator.
   status subscribe(observer* o) { return observers_.subscribe(o); }
   tracer& call_sites() { return *tracer_; }
-  // The allocation history (TRACEPOOL_CONF history:N), or nullptr when it is off.
-  const history* allocation_history() const { return history_.get(); }
+  // The allocation history (TRACEPOOL_CONF history:N, or record_history), or nullptr when it never was on.
+  const history* allocation_history() const { return history_view_.load(std::memory_order_acquire); }
+  // Turns the history on with room for `entries` events, keeping the newest it has (PyTorch's
+  // _record_memory_history); `clear` forgets them first. entries == 0 turns it off and forgets them.
+  status record_history(size_t entries, bool clear);
   // Every block of a device, for reports.
   status collect_blocks(int device, std::vector<block_record>* out);
 
@@ -130,7 +134,9 @@ class allocator final : public fork_participant {
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;
   std::unique_ptr<tracer> tracer_;    // subscribed first: call-site counters and marks
-  std::unique_ptr<history> history_;  // subscribed next when history:N is on
+  std::unique_ptr<history> history_;  // subscribed next when history:N is on, or at the first record_history
+  std::atomic<const history*> history_view_{nullptr};  // history_, for readers on other threads
+  std::mutex history_mutex_;           // guards history_'s creation; taken alone
   observer_list observers_;           // the device caches publish segment events to it too
   capture_gate gate_;                 // closed while a route is open (Note [Capture])
   route_table routes_{gate_};

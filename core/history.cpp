@@ -57,7 +57,39 @@ status history::create(size_t capacity, std::unique_ptr<history>* out) {
   return status::ok;
 }
 
+status history::resize(size_t capacity) {
+  std::unique_ptr<history_entry[]> ring(new (std::nothrow) history_entry[capacity]);  // outside the lock
+  if (ring == nullptr)
+    return fail(status::invalid_argument, "history of %zu entries: no room for it (%zu bytes)", capacity,
+                capacity * sizeof(history_entry));
+  lock_.lock();
+  const uint64_t n = recorded_;
+  const uint64_t first = n - std::min<uint64_t>({n, capacity_, capacity});  // the newest that fit
+  for (uint64_t i = first; i < n; ++i) ring[i - first] = ring_[i % capacity_];
+  ring_.swap(ring);
+  capacity_ = capacity;
+  recorded_ = n - first;
+  next_ = static_cast<size_t>(recorded_ % capacity);
+  lock_.unlock();
+  return status::ok;  // the old ring is freed here, outside the lock
+}
+
+void history::clear() {
+  lock_.lock();
+  recorded_ = 0;
+  next_ = 0;
+  lock_.unlock();
+}
+
+size_t history::capacity() const {
+  lock_.lock();
+  const size_t c = capacity_;
+  lock_.unlock();
+  return c;
+}
+
 void history::record(history_entry e) {
+  if (!recording()) return;
   lock_.lock();
   e.time_ns = ticks();  // under the lock: times ascend in ring order
   ring_[next_] = e;
@@ -79,9 +111,10 @@ void history::on_oom(const oom_event& e) {
 std::vector<history_entry> history::entries(uint64_t* recorded, size_t most) const {
   lock_.lock();
   const uint64_t before = recorded_;
+  const size_t capacity_before = capacity_;
   lock_.unlock();
   std::vector<history_entry> out;
-  out.reserve(static_cast<size_t>(std::min<uint64_t>({before, capacity_, most})));  // nothing under the lock allocates
+  out.reserve(static_cast<size_t>(std::min<uint64_t>({before, capacity_before, most})));  // nothing under the lock allocates
   lock_.lock();
   const uint64_t n = recorded_;
   uint64_t first = n > capacity_ ? n - capacity_ : 0;

@@ -3,6 +3,7 @@
 // (Note [Observers] in observer.h); the PyTorch memory-snapshot export draws its device_traces from it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,7 +44,14 @@ class history final : public observer {
   // The entries kept, oldest first, the newest `most` of them at most; *recorded: how many were
   // recorded in all (older ones are gone).
   std::vector<history_entry> entries(uint64_t* recorded = nullptr, size_t most = SIZE_MAX) const;
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const;
+
+  // Turned on and off at run time (PyTorch's _record_memory_history): while off, events are not
+  // recorded. `resize` keeps the newest entries that fit; `clear` forgets them all.
+  void set_recording(bool on) { recording_.store(on, std::memory_order_relaxed); }
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+  status resize(size_t capacity);
+  void clear();
 
   void lock_for_fork() override { lock_.lock(); }
   void unlock_after_fork() override { lock_.unlock(); }
@@ -52,7 +60,8 @@ class history final : public observer {
   history(size_t capacity, std::unique_ptr<history_entry[]> ring);
   void record(history_entry e);
 
-  const size_t capacity_;
+  std::atomic<bool> recording_{true};
+  size_t capacity_;  // guarded by lock_
   // At creation, for entries(): the ticks, CLOCK_MONOTONIC (the ticks' rate is measured against it,
   // since the wall clock may step) and CLOCK_REALTIME (what times are reported in).
   const uint64_t start_ticks_;

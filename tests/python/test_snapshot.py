@@ -89,7 +89,7 @@ def viewer_problems(data):
         if device >= len(traces):  # the viewer indexes device_traces by a segment's device
             problems.append("device_traces has no list for device %d" % device)
     for d, trace in enumerate(traces):
-        allocs = set()
+        allocs, history = set(), False
         for k, e in enumerate(trace):
             where = "device_traces[%d][%d]" % (d, k)
             if not (isinstance(e.get("action"), str) and all(isinstance(e.get(x), int) for x in ("addr", "size", "stream"))):
@@ -98,9 +98,14 @@ def viewer_problems(data):
             frames_ok(e.get("frames", []), where)
             if e["action"] == "alloc":
                 allocs.add(e["addr"])
-        # Live blocks without an alloc event are drawn as allocated before the trace began.
-        if allocs != active.get(d, set()):
-            problems.append("device %d: alloc events %d, live blocks %d" % (d, len(allocs), len(active.get(d, ()))))
+            elif e["action"] == "free_completed":
+                allocs.discard(e["addr"])
+                history = True
+        # Live blocks without an alloc event are drawn as allocated before the trace began: a history
+        # may start after them; without one, each live block has its alloc event.
+        live = active.get(d, set())
+        if not allocs <= live or (not history and allocs != live):
+            problems.append("device %d: blocks still allocated by the trace %d, live blocks %d" % (d, len(allocs), len(live)))
     return problems
 
 
@@ -218,3 +223,88 @@ def test_torch_memory_viz_reads_it(blocks, tmp_path):
     # The flamegraph views, with the flamegraph script (a download) replaced by the identity.
     assert "active_allocated" in _memory_viz.segments(data, format_flamegraph=lambda lines: lines)
     assert "active_allocated" in _memory_viz.memory(data, format_flamegraph=lambda lines: lines)
+
+
+@pytest.fixture
+def torch_history():
+    """PyTorch's history calls (tracepool.torch.memory_history) as torch.cuda.memory makes them; put
+    back as they were (never called, history off) afterwards."""
+    from tracepool.torch import memory_history
+
+    try:
+        yield memory_history
+    finally:
+        memory_history.record(None)
+        memory_history._settings = None
+
+
+def _entries_at(data, address, size=None):
+    return [e for e in data["device_traces"][0] if e.get("addr") == address and size in (None, e.get("size"))]
+
+
+def test_record_memory_history_drives_tracepools_history_and_honours_its_arguments(torch_history):
+    snapshot = tracepool.torch._memory_snapshot  # torch._C._cuda_memorySnapshot, as install() points it
+    torch_history.record("all", context="all", stacks="all", max_entries=1000)
+    assert torch_history.enabled()
+    line = _line_of("first = tracepool.alloc(4096)")
+    first = tracepool.alloc(4096)
+    tracepool.free(first)
+    data = snapshot(None)
+    assert viewer_problems(data) == []
+    actions = [e["action"] for e in _entries_at(data, first)]
+    assert actions == ["alloc", "free_requested", "free_completed"], actions
+    alloc = _entries_at(data, first)[0]
+    assert any(os.path.realpath(f["filename"]) == HERE and f["line"] == line for f in alloc["frames"])
+    assert all(e["frames"] for e in _entries_at(data, first)), "context='all': frees carry their stack too"
+
+    # context="alloc", stacks="python", clear_history: a fresh history, frames on allocations only, Python only.
+    torch_history.record("all", context="alloc", stacks="python", max_entries=1000, clear_history=True)
+    second = tracepool.alloc(8192)
+    tracepool.free(second)
+    data = snapshot(None)
+    assert _entries_at(data, first, 4096) == [], "clear_history forgot the earlier events"
+    alloc, requested, completed = _entries_at(data, second, 8192)
+    assert alloc["frames"] and all(f["filename"].endswith(".py") for f in alloc["frames"])
+    assert requested["frames"] == [] and completed["frames"] == []
+
+    # max_entries: the newest events only.
+    torch_history.record("all", context="all", stacks="all", max_entries=2, clear_history=True)
+    for _ in range(3):
+        tracepool.free(tracepool.alloc(4096))
+    assert len(snapshot(None)["device_traces"][0]) == 3  # the newest two events; a free counts as two entries
+
+    # enabled="state": no history of events; the live blocks keep their frames unless context=None.
+    kept = tracepool.alloc(1000)
+    try:
+        torch_history.record("state", context="state", stacks="all")
+        data = snapshot(None)
+        assert data["device_traces"] == [[] for _ in data["device_traces"]]
+        live = [b for s in data["segments"] for b in s["blocks"] if b["address"] == kept]
+        assert live and live[0]["frames"], "context='state' keeps the live blocks' stacks"
+        torch_history.record("all", context=None)
+        data = snapshot(None)
+        live = [b for s in data["segments"] for b in s["blocks"] if b["address"] == kept]
+        assert live[0]["frames"] == [], "context=None: no stacks"
+    finally:
+        tracepool.free(kept)
+
+    torch_history.record(None)
+    assert not torch_history.enabled()
+    tracepool.free(tracepool.alloc(4096))
+    assert all(t == [] for t in snapshot(None)["device_traces"]), "None stops recording and forgets"
+
+
+def test_the_legacy_form_and_bad_arguments(torch_history):
+    torch_history.record_legacy(True, record_context=True, trace_alloc_max_entries=10,
+                                trace_alloc_record_context=True, record_context_cpp=False)
+    assert torch_history.enabled()
+    block = tracepool.alloc(4096)
+    tracepool.free(block)
+    entries = _entries_at(tracepool.torch._memory_snapshot(None), block)
+    assert [e["action"] for e in entries] == ["alloc", "free_requested", "free_completed"]
+    assert all(f["filename"].endswith(".py") for e in entries for f in e["frames"]), "record_context_cpp=False"
+    torch_history.record_legacy(False)
+    assert not torch_history.enabled()
+    for bad in ({"enabled": "some"}, {"context": "everything"}, {"stacks": "cpp"}):
+        with pytest.raises(RuntimeError, match="_record_memory_history"):
+            torch_history.record(**bad)

@@ -34,6 +34,57 @@ TEST(History, IsOffUnlessConfigured) {
   EXPECT_EQ(a->allocation_history(), nullptr);
 }
 
+// PyTorch's _record_memory_history turns the history on and off at run time (tracepool_record_history).
+TEST(History, TurnedOnAtRunTimeRecordsFromThenOn) {
+  auto a = host_allocator();
+  void *before = nullptr, *after = nullptr;
+  ASSERT_EQ(a->malloc(1000, 0, nullptr, &before), status::ok);
+  ASSERT_EQ(a->record_history(16, false), status::ok) << last_error();
+  ASSERT_NE(a->allocation_history(), nullptr);
+  ASSERT_EQ(a->malloc(2000, 0, nullptr, &after), status::ok);
+  ASSERT_EQ(a->free(before), status::ok);
+  const std::vector<history_entry> e = a->allocation_history()->entries();
+  EXPECT_EQ(actions(e), (std::vector<history_action>{history_action::alloc, history_action::free}));
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].address, reinterpret_cast<uintptr_t>(after));
+  EXPECT_EQ(e[1].address, reinterpret_cast<uintptr_t>(before));
+  ASSERT_EQ(a->free(after), status::ok);
+}
+
+TEST(History, ResizingKeepsTheNewestAndOffForgetsEverything) {
+  auto a = host_allocator();
+  ASSERT_EQ(a->record_history(8, false), status::ok);
+  std::vector<void*> blocks(3);
+  for (void*& p : blocks) ASSERT_EQ(a->malloc(4096, 0, nullptr, &p), status::ok);
+  for (void* p : blocks) ASSERT_EQ(a->free(p), status::ok);  // 6 events, and a segment_alloc first
+  ASSERT_EQ(a->allocation_history()->entries().size(), 7u);
+  ASSERT_EQ(a->record_history(2, false), status::ok) << last_error();
+  std::vector<history_entry> e = a->allocation_history()->entries();
+  ASSERT_EQ(e.size(), 2u) << "the newest two";
+  EXPECT_EQ(e[0].address, reinterpret_cast<uintptr_t>(blocks[1]));
+  EXPECT_EQ(e[1].address, reinterpret_cast<uintptr_t>(blocks[2]));
+  EXPECT_EQ(e[1].action, history_action::free);
+  void* p = nullptr;
+  ASSERT_EQ(a->malloc(4096, 0, nullptr, &p), status::ok);
+  e = a->allocation_history()->entries();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1].action, history_action::alloc) << "the ring goes on from where it was cut";
+  EXPECT_EQ(e[0].address, reinterpret_cast<uintptr_t>(blocks[2]));
+
+  ASSERT_EQ(a->record_history(0, false), status::ok);
+  EXPECT_TRUE(a->allocation_history()->entries().empty()) << "off forgets";
+  ASSERT_EQ(a->free(p), status::ok);
+  EXPECT_TRUE(a->allocation_history()->entries().empty()) << "and records nothing while off";
+
+  ASSERT_EQ(a->record_history(4, false), status::ok);
+  ASSERT_EQ(a->malloc(4096, 0, nullptr, &p), status::ok);
+  ASSERT_EQ(a->record_history(4, true), status::ok);
+  ASSERT_EQ(a->free(p), status::ok);
+  e = a->allocation_history()->entries();
+  EXPECT_EQ(actions(e), std::vector<history_action>{history_action::free}) << "clear forgets what came before";
+  EXPECT_EQ(a->record_history(max_history_entries + 1, false), status::invalid_argument);
+}
+
 uint64_t realtime_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);

@@ -180,6 +180,13 @@ TRACEPOOL_API int tracepool_pool_restore(tracepool_t* tp, const tracepool_pool_c
                                          tracepool_pointer_fn freed, tracepool_pointer_fn made, void* context);
 TRACEPOOL_API void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* checkpoint);
 
+/* The allocation history at run time (what TRACEPOOL_CONF's history:N turns on at creation; PyTorch's
+ * torch.cuda.memory._record_memory_history): max_entries > 0 records from now on, keeping the newest
+ * max_entries events (and the newest already recorded that fit); `clear` nonzero forgets those first.
+ * max_entries 0 stops recording and forgets them all. At most 2^26 entries (48 bytes each, touched only
+ * as they fill); more is TRACEPOOL_ERR_INVALID_ARGUMENT. */
+TRACEPOOL_API int tracepool_record_history(tracepool_t* tp, size_t max_entries, int clear);
+
 /* ---- Statistics ---------------------------------------------------------------------------- */
 TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);
 TRACEPOOL_API int tracepool_reset_peak_stats(tracepool_t* tp, int device);        /* peak = current */

@@ -27,7 +27,7 @@ import warnings
 from typing import Any
 
 from .. import _tracepool, configure, library_path
-from . import _torch_lib, memory_viz
+from . import _torch_lib, memory_history, memory_viz
 
 __all__ = ["dump_snapshot", "install", "pool"]
 
@@ -81,9 +81,13 @@ def install(conf: str | None = None) -> None:
     the most memory. Without it PyTorch's CUDAPluggableAllocator is used: no CUDA graphs or MemPool,
     and a failed allocation gives PyTorch a null pointer (tracepool prints the error on stderr).
 
+    ``torch.cuda.memory._record_memory_history`` turns tracepool's history on and off, and
+    ``_snapshot`` / ``_dump_snapshot`` then give PyTorch's format with it, for pytorch.org/memory_viz
+    and every tool that starts there (:mod:`tracepool.torch.memory_history` says how its arguments
+    are honoured; ``history:N`` in ``conf`` records from the start instead).
+
     There is no uninstall: PyTorch cannot swap its allocator back once it has one, and tensors
-    already allocated must be freed by the allocator that made them. ``_record_memory_history``
-    stays unavailable (``history:N`` in ``conf`` records tracepool's own, for :func:`dump_snapshot`).
+    already allocated must be freed by the allocator that made them.
 
     Raises RuntimeError if CUDA is already initialised or unavailable, or if tracepool's instance
     does not use the CUDA backend; :class:`tracepool.Error` for a bad ``conf``.
@@ -210,7 +214,7 @@ def _memory_snapshot(pool_and_traces: tuple[int, int, bool] | None = None) -> di
     """torch._C._cuda_memorySnapshot: None from _snapshot(), (pool id, pool id, include_traces)
     from memory_snapshot() and MemPool.snapshot(). (0, 0) gives every segment, as PyTorch's own
     allocator does; a private pool's id only the segments of that pool."""
-    snapshot = memory_viz.from_json(_tracepool.torch_snapshot_json())
+    snapshot = memory_history.shape(memory_viz.from_json(_tracepool.torch_snapshot_json()))
     if pool_and_traces is None:
         return snapshot
     pool = (int(pool_and_traces[0]), int(pool_and_traces[1]))
@@ -231,11 +235,15 @@ def _patch_memory_functions(torch: Any, allocator_class: bool) -> None:
     With tracepool's allocator class (``allocator_class``), memory_stats and everything built on it,
     the resets, the fraction, empty_cache and record_stream reach tracepool through PyTorch's own
     C++ calls; only the snapshot (memory_snapshot, _snapshot, _dump_snapshot, MemPool.snapshot),
-    which the class cannot build in PyTorch's C++ types, and torch.accelerator's memory functions
+    which the class cannot build in PyTorch's C++ types, the history calls (memory_history), and
+    torch.accelerator's memory functions
     (which ask the allocator registered at load time, PyTorch's own) are routed here. With
     PyTorch's pluggable class, which refuses them all, the statistics and the fraction are too."""
     C = torch._C
     C._cuda_memorySnapshot = _memory_snapshot
+    C._cuda_record_memory_history = memory_history.record
+    C._cuda_record_memory_history_legacy = memory_history.record_legacy
+    C._cuda_isHistoryEnabled = memory_history.enabled
     if not allocator_class:
         set_fraction = C._cuda_setMemoryFraction
 

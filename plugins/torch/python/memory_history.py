@@ -1,0 +1,110 @@
+"""PyTorch's own history calls over tracepool's history (plugins/torch/python/memory_history.py,
+installed as tracepool.torch.memory_history).
+
+``torch.cuda.memory._record_memory_history()`` (and its legacy form with a bool first) reaches PyTorch's
+allocator through ``torch._C._cuda_record_memory_history``; with tracepool installed,
+:func:`tracepool.torch.install` points that function, ``_cuda_record_memory_history_legacy`` and
+``_cuda_isHistoryEnabled`` here. The arguments mean what PyTorch documents:
+
+- ``enabled``: None stops recording and forgets the history; ``"state"`` keeps only what is allocated
+  now (no history of events); ``"all"`` also records every alloc, free, segment and OOM event.
+- ``context``: which entries carry their call stack: None none; ``"state"`` the blocks allocated now;
+  ``"alloc"`` those and the allocation events; ``"all"`` the free events too. tracepool knows every
+  block's call site anyway; this only says which entries of the snapshot show it.
+- ``stacks``: ``"python"`` keeps the Python frames (files ending in ``.py``: Python, TorchScript,
+  inductor), ``"all"`` the native frames too.
+- ``max_entries``: the events kept, the newest; tracepool keeps them in a ring of at most
+  :data:`MAX_ENTRIES` (PyTorch's default, ``sys.maxsize``, means that many).
+- ``clear_history``: forget the events recorded so far.
+
+:func:`shape` applies ``enabled``, ``context`` and ``stacks`` to a snapshot before PyTorch's callers see
+it. Before any of these calls, tracepool's snapshot is left as it is (device traces from
+``TRACEPOOL_CONF``'s history:N, or one alloc event per live block). Nothing here needs torch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .. import _tracepool
+
+MAX_ENTRIES = 1 << 22  # 4,194,304 events (192 MiB of ring, touched only as it fills)
+
+_ENABLED = (None, "state", "all")
+_CONTEXTS = (None, "state", "alloc", "all")
+_STACKS = ("python", "all")
+_ALLOC_ACTIONS = {"alloc", "segment_alloc", "segment_map", "oom", "snapshot"}
+
+_lock = threading.Lock()
+# None until PyTorch's history calls are first used; then what the last one asked for.
+_settings: dict[str, Any] | None = None
+
+
+def record(enabled: str | None = "all", context: str | None = "all", stacks: str = "all",
+           max_entries: int = MAX_ENTRIES, clear_history: bool = False, *_rest: Any) -> None:
+    """torch._C._cuda_record_memory_history (compile_context, global_record_annotations and
+    skip_actions, PyTorch's later arguments, have nothing to act on in tracepool and are accepted)."""
+    global _settings
+    if enabled not in _ENABLED:
+        raise RuntimeError("_record_memory_history: enabled must be one of None, 'state', 'all', not %r" % (enabled,))
+    if context not in _CONTEXTS:
+        raise RuntimeError("_record_memory_history: context must be one of None, 'state', 'alloc', 'all', not %r"
+                           % (context,))
+    if stacks not in _STACKS:
+        raise RuntimeError("_record_memory_history: stacks must be 'python' or 'all', not %r" % (stacks,))
+    with _lock:
+        if enabled != "all":  # None and "state" keep no history of events
+            _tracepool.record_history(0)
+        else:
+            _tracepool.record_history(max(1, min(int(max_entries), MAX_ENTRIES)), bool(clear_history))
+        _settings = {"enabled": enabled, "context": context, "stacks": stacks}
+
+
+def record_legacy(enabled: bool, record_context: bool = True, trace_alloc_max_entries: int = 1,
+                  trace_alloc_record_context: bool = False, record_context_cpp: bool = False,
+                  clear_history: bool = False, *_rest: Any) -> None:
+    """torch._C._cuda_record_memory_history_legacy: _record_memory_history with a bool first."""
+    if not enabled:
+        record(None)
+        return
+    context = "all" if trace_alloc_record_context else ("state" if record_context else None)
+    record("all", context, "all" if record_context_cpp else "python", trace_alloc_max_entries, clear_history)
+
+
+def enabled() -> bool:
+    """torch._C._cuda_isHistoryEnabled: whether _record_memory_history turned recording on."""
+    with _lock:
+        return _settings is not None and _settings["enabled"] is not None
+
+
+def _python_frames(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in frames if f["filename"].endswith(".py")]
+
+
+def shape(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot as PyTorch's allocator would give it under the last _record_memory_history call:
+    frames where ``context`` asks for them, only Python frames for ``stacks="python"``, and no device
+    traces unless ``enabled="all"``. Unchanged before the first call."""
+    with _lock:
+        settings = None if _settings is None else dict(_settings)
+    if settings is None:
+        return snapshot
+    context, python_only = settings["context"], settings["stacks"] == "python"
+
+    def frames(f: list[dict[str, Any]], wanted: bool) -> list[dict[str, Any]]:
+        if not wanted:
+            return []
+        return _python_frames(f) if python_only else f
+
+    for segment in snapshot["segments"]:
+        segment["frames"] = frames(segment["frames"], context is not None)
+        for block in segment["blocks"]:
+            block["frames"] = frames(block["frames"], context is not None)
+    if settings["enabled"] != "all":
+        snapshot["device_traces"] = [[] for _ in snapshot["device_traces"]]
+    for trace in snapshot["device_traces"]:
+        for entry in trace:
+            at_alloc = entry["action"] in _ALLOC_ACTIONS
+            entry["frames"] = frames(entry["frames"], context == "all" or (context == "alloc" and at_alloc))
+    return snapshot
