@@ -299,6 +299,28 @@ int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t pool, void** out
   });
 }
 
+int tracepool_pool_set_options(tracepool_t* tp, int device, uint64_t pool, unsigned options) {
+  return guarded("tracepool_pool_set_options", [&] {
+    if (status s = check_handle(tp, "tracepool_pool_set_options"); s != status::ok) return s;
+    constexpr unsigned known = TRACEPOOL_POOL_NO_SPLIT | TRACEPOOL_POOL_USE_ON_OOM;
+    if ((options & ~known) != 0)
+      return fail(status::invalid_argument, "tracepool_pool_set_options: unknown option bits 0x%x", options & ~known);
+    return tp->impl->set_pool_options(device, pool, (options & TRACEPOOL_POOL_NO_SPLIT) != 0,
+                                      (options & TRACEPOOL_POOL_USE_ON_OOM) != 0);
+  });
+}
+
+int tracepool_pool_options(tracepool_t* tp, int device, uint64_t pool, unsigned* out) {
+  return guarded("tracepool_pool_options", [&] {
+    if (status s = check_handle(tp, "tracepool_pool_options"); s != status::ok) return s;
+    if (out == nullptr) return fail(status::invalid_argument, "tracepool_pool_options: out is NULL");
+    bool no_split = false, use_on_oom = false;
+    if (status s = tp->impl->pool_options(device, pool, &no_split, &use_on_oom); s != status::ok) return s;
+    *out = (no_split ? TRACEPOOL_POOL_NO_SPLIT : 0u) | (use_on_oom ? TRACEPOOL_POOL_USE_ON_OOM : 0u);
+    return status::ok;
+  });
+}
+
 struct tracepool_pool_checkpoint {
   const tracepool_t* owner;
   core::pool_checkpoint state;

@@ -320,6 +320,17 @@ status allocator::pool_blocks(int device, uint64_t pool, std::vector<void*>* out
   return status::ok;
 }
 
+status allocator::set_pool_options(int device, uint64_t pool, bool no_split, bool use_on_oom) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  return devices_[static_cast<size_t>(device)]->set_pool_options(pool, no_split, use_on_oom);
+}
+
+status allocator::pool_options(int device, uint64_t pool, bool* no_split, bool* use_on_oom) {
+  if (no_split == nullptr || use_on_oom == nullptr) return fail(status::invalid_argument, "pool_options: out is NULL");
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  return devices_[static_cast<size_t>(device)]->pool_options(pool, no_split, use_on_oom);
+}
+
 status allocator::checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out) {
   if (out == nullptr) return fail(status::invalid_argument, "checkpoint_pool: out is NULL");
   if (status s = check_pool(device, pool); s != status::ok) return s;

@@ -74,6 +74,9 @@ class allocator final : public fork_participant {
   status empty_pool(int device, uint64_t pool);
   // Addresses of the pool's allocated blocks.
   status pool_blocks(int device, uint64_t pool, std::vector<void*>* out);
+  // MemPool(no_split=..., use_on_oom=...): device_cache::set_pool_options.
+  status set_pool_options(int device, uint64_t pool, bool no_split, bool use_on_oom);
+  status pool_options(int device, uint64_t pool, bool* no_split, bool* use_on_oom);
   // Note [Pool checkpoints] in private_pool.h: the pool's allocated blocks now (PyTorch's
   // getCheckpointState). invalid_argument if the pool is not retained.
   status checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out);

@@ -53,6 +53,7 @@ stream_pool* device_cache::pool_for(backend::stream_handle stream, uint64_t pool
   for (auto& p : pools_)
     if (p->stream() == stream && p->pool() == pool) return p.get();
   pools_.push_back(std::make_unique<stream_pool>(backend_, gate_, device_, stream, pool));
+  if (auto it = private_.find(pool); pool != 0 && it != private_.end()) pools_.back()->set_no_split(it->second.no_split);
   return pools_.back().get();
 }
 
@@ -186,6 +187,53 @@ status device_cache::restore_block(uint64_t pool, const pool_checkpoint::held& h
               "after the pool's blocks were freed (a bug in tracepool)", static_cast<void*>(h.ptr), h.size);
 }
 
+status device_cache::set_pool_options(uint64_t pool, bool no_split, bool use_on_oom) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = private_.find(pool);
+  if (it == private_.end())
+    return fail(status::invalid_argument, "pool options: device %d has no private pool %llu (released, or never "
+                "retained)", device_, static_cast<unsigned long long>(pool));
+  it->second.no_split = no_split;
+  it->second.use_on_oom = use_on_oom;
+  for (auto& p : pools_)
+    if (p->pool() == pool) p->set_no_split(no_split);
+  return status::ok;
+}
+
+status device_cache::pool_options(uint64_t pool, bool* no_split, bool* use_on_oom) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = private_.find(pool);
+  if (it == private_.end())
+    return fail(status::invalid_argument, "pool options: device %d has no private pool %llu (released, or never "
+                "retained)", device_, static_cast<unsigned long long>(pool));
+  *no_split = it->second.no_split;
+  *use_on_oom = it->second.use_on_oom;
+  return status::ok;
+}
+
+// PyTorch's try_mempool_fallback: a free block of a use_on_oom pool, on the same stream.
+bool device_cache::borrow_on_oom(backend::stream_handle stream, size_t rounded, size_t size, block_tag tag,
+                                 block** out) {
+  std::vector<uint64_t> lenders;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, p] : private_)
+      if (p.use_on_oom) lenders.push_back(id);
+  }
+  const pool_kind kind = pool_kind_for(rounded);
+  for (uint64_t id : lenders) {
+    stream_pool* p = existing_pool(stream, id);
+    if (p == nullptr) continue;
+    std::lock_guard<std::mutex> lock(p->mutex());
+    p->process_pending(/*wait=*/false, /*stream_alive=*/true);
+    if (block* b = p->find_free(rounded, kind)) {
+      *out = p->allocate(b, rounded, size, tag);
+      return true;
+    }
+  }
+  return false;
+}
+
 // The label is copied by the caller, so that nothing is allocated under the device lock.
 status device_cache::label_pool(uint64_t pool, std::string label) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -221,16 +269,20 @@ status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block
   status s = try_allocate(pool, rounded, size, tag, out);
   if (s != status::out_of_memory) return s;
   // During a capture nothing goes back to the device (Note [Capture] in private_pool.h).
-  if (gate_.closed()) return out_of_memory(size, rounded);
-  // Rung 5: the device is full. Give every fully free segment and every free piece back, after
-  // waiting for pending frees.
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++counters_.num_alloc_retries;
+  if (!gate_.closed()) {
+    // Rung 5: the device is full. Give every fully free segment and every free piece back, after
+    // waiting for pending frees.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++counters_.num_alloc_retries;
+    }
+    (void)empty_cache(/*wait=*/true);  // best effort: what it could not give back stays cached
+    s = try_allocate(pool, rounded, size, tag, out);
+    if (s != status::out_of_memory) return s;
   }
-  (void)empty_cache(/*wait=*/true);  // best effort: what it could not give back stays cached
-  s = try_allocate(pool, rounded, size, tag, out);
-  return s == status::out_of_memory ? out_of_memory(size, rounded) : s;
+  // Rung 6: a pool that lends its free memory on OOM (MemPool(use_on_oom=True)).
+  if (pool->pool() == 0 && borrow_on_oom(pool->stream(), rounded, size, tag, out)) return status::ok;
+  return out_of_memory(size, rounded);
 }
 
 status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out) {
@@ -242,7 +294,7 @@ status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size
   if (b == nullptr) {
     // Rung 2, growable segments: map pieces after the free block that ends where memory is unmapped.
     // None is b == nullptr here: the range has no stretch left that large, and a classic segment serves.
-    if (growable_)
+    if (growable_ && !pool->no_split())
       if (status s = grow_in_place(pool, rounded, kind, tag.site, &b); s != status::ok) return s;
   }
   if (b == nullptr) {
@@ -276,10 +328,11 @@ segment* device_cache::take_from_other_streams(stream_pool* pool, size_t rounded
 }
 
 status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out) {
-  size_t bytes = segment_size_for(rounded);
   // Under a limit any request up to it fits on an empty device: one under 10 MiB, whose segment is
-  // 20 MiB, gets a segment of its own size (whole 2 MiB pages) where 20 MiB would pass the limit.
+  // 20 MiB, gets a segment of its own size (whole 2 MiB pages) where 20 MiB would pass the limit. A
+  // no_split pool's segment holds one block: it gets that size always.
   const size_t own = (rounded + large_round - 1) / large_round * large_round;
+  size_t bytes = pool->no_split() ? own : segment_size_for(rounded);
   if (!admit(bytes, "segment")) {
     if (own >= bytes || !admit(own, "segment")) return status::out_of_memory;
     bytes = own;

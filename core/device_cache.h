@@ -72,6 +72,13 @@ class device_cache {
   void finish_pending(uint64_t pool, bool wait);
   // Hands out checkpointed block `h` of `pool` again, at its address (stream_pool::allocate_at).
   status restore_block(uint64_t pool, const pool_checkpoint::held& h, block** out);
+  // PyTorch's MemPool options (Note [Private pools]): `no_split`, its blocks are never split, each
+  // allocation a segment of its own (classic segments, sized to the request); `use_on_oom`, an
+  // allocation of the default pool that does not fit even after the cache was emptied takes a free
+  // block of this pool on its stream, which returns to this pool when freed. invalid_argument if
+  // `pool` is not retained.
+  status set_pool_options(uint64_t pool, bool no_split, bool use_on_oom);
+  status pool_options(uint64_t pool, bool* no_split, bool* use_on_oom);
   // Names the kind of a retained pool in reports; invalid_argument if `pool` is not retained.
   status label_pool(uint64_t pool, std::string label);
   // Every private pool still retained, by id. A block whose pool is not among them is ordinary
@@ -129,7 +136,10 @@ class device_cache {
     int uses = 0;
     uint32_t site = 0;  // the call that created it
     std::string label;  // label_pool's; "" if none
+    bool no_split = false;
+    bool use_on_oom = false;
   };
+  bool borrow_on_oom(backend::stream_handle stream, size_t rounded, size_t size, block_tag tag, block** out);
 
   backend::backend& backend_;
   const capture_gate& gate_;

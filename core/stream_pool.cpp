@@ -70,7 +70,7 @@ block* stream_pool::find_free(size_t rounded, pool_kind kind) const {
 block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_tag tag) {
   const pool_kind kind = b->seg->kind;
   // may throw: before any change
-  block* rest = should_split(kind, b->size, rounded, b->seg->growable()) ? new_block() : nullptr;
+  block* rest = !no_split() && should_split(kind, b->size, rounded, b->seg->growable()) ? new_block() : nullptr;
   erase_free(b);
   if (rest != nullptr) {
     rest->ptr = b->ptr + rounded;

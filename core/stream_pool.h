@@ -7,6 +7,7 @@
 // device_cache).
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -31,6 +32,10 @@ class stream_pool {
   std::mutex& mutex() { return mutex_; }
   backend::stream_handle stream() const { return stream_; }
   uint64_t pool() const { return pool_; }
+  // A pool whose blocks are never split (PyTorch's MemPool(no_split=True)): each allocation takes a
+  // whole free block, so each segment holds one block. Set by device_cache, under no lock.
+  void set_no_split(bool on) { no_split_.store(on, std::memory_order_relaxed); }
+  bool no_split() const { return no_split_.load(std::memory_order_relaxed); }
 
   // Smallest free block of the kind that holds `rounded`, or nullptr.
   block* find_free(size_t rounded, pool_kind kind) const;
@@ -129,6 +134,7 @@ class stream_pool {
   std::mutex mutex_;
   backend::stream_handle stream_;
   uint64_t pool_;
+  std::atomic<bool> no_split_{false};
   small_free_list small_;
   large_free_list large_;
   stat_table stats_;

@@ -20,7 +20,9 @@
 // entry points at the end (tracepool_torch_install) catch everything.
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
@@ -68,6 +70,31 @@ void tell(int rc, const char* what) {
 // The deleter of every DataPtr this allocator makes, and its raw_deleter(): CUDA-graph trees compare
 // the two (torch._C._has_Standard_Deleter).
 void delete_block(void* ptr) { tracepool_torch_free(ptr, 0, 0, nullptr); }
+
+// Note [Caching disabled]
+// torch.cuda.caching_allocator_enable(False) asks for memory straight from the device, freed straight
+// back (people use it for a flat footprint, or to have compute-sanitizer see each tensor): PyTorch's
+// allocator then calls cudaMalloc and cudaFree and counts nothing. tracepool does the same, so such
+// memory is in no tracepool statistic or report (the device's own figures and nvidia-smi have it).
+// A DataPtr made so has its own deleter; raw_alloc's pointers, which come back through raw_delete,
+// are listed, and the list is read only while it has any.
+void delete_uncached(void* ptr) {
+  const cudaError_t e = cudaFree(ptr);
+  if (e != cudaSuccess) std::fprintf(stderr, "tracepool: cudaFree(%p) of an uncached tensor: %s\n", ptr, cudaGetErrorString(e));
+}
+
+void* allocate_uncached(size_t size, c10::DeviceIndex device) {
+  void* ptr = nullptr;
+  c10::cuda::CUDAGuard guard(device);
+  const cudaError_t e = cudaMalloc(&ptr, size);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", c10::CachingAllocator::format_size(size),
+                     " with the caching allocator disabled (torch.cuda.caching_allocator_enable(False)).");
+  }
+  C10_CUDA_CHECK(e);
+  return ptr;
+}
 
 // Note [Pool ids]
 // PyTorch names a private pool by a pair: {n, 0} for the pool a graph makes for itself, {0, n} for
@@ -126,6 +153,10 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   // ---- Allocation ------------------------------------------------------------------------------
   c10::DataPtr allocate(size_t size) override {
     const c10::DeviceIndex device = c10::cuda::current_device();
+    if (size != 0 && !caching_.load(std::memory_order_relaxed)) {  // Note [Caching disabled]
+      void* ptr = allocate_uncached(size, device);
+      return {ptr, ptr, &delete_uncached, c10::Device(c10::DeviceType::CUDA, device)};
+    }
     void* ptr = size == 0 ? nullptr : allocate_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
     return {ptr, ptr, &delete_block, c10::Device(c10::DeviceType::CUDA, device)};
   }
@@ -135,9 +166,28 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     return raw_alloc_with_stream(nbytes, c10::cuda::getCurrentCUDAStream(device).stream());
   }
   void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    if (nbytes != 0 && !caching_.load(std::memory_order_relaxed)) {  // Note [Caching disabled]
+      void* ptr = allocate_uncached(nbytes, c10::cuda::current_device());
+      std::lock_guard<std::mutex> lock(mutex_);
+      uncached_.insert(ptr);
+      uncached_count_.store(uncached_.size(), std::memory_order_relaxed);
+      return ptr;
+    }
     return nbytes == 0 ? nullptr : allocate_on(nbytes, c10::cuda::current_device(), stream);
   }
-  void raw_delete(void* ptr) override { delete_block(ptr); }
+  void raw_delete(void* ptr) override {
+    if (uncached_count_.load(std::memory_order_relaxed) != 0) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (uncached_.erase(ptr) != 0) {
+        uncached_count_.store(uncached_.size(), std::memory_order_relaxed);
+        lock.unlock();
+        return delete_uncached(ptr);
+      }
+    }
+    delete_block(ptr);
+  }
+  void enable(bool value) override { caching_.store(value, std::memory_order_relaxed); }
+  bool isEnabled() const override { return caching_.load(std::memory_order_relaxed); }
 
   void init(int device_count) override {
     devices_ = device_count;
@@ -263,10 +313,13 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     check(tracepool_pool_use_count(instance(), device, pool_key(pool), &uses), "getPoolUseCount");
     return uses;
   }
-  // use_on_oom and no_split change where PyTorch's own allocator looks for memory; tracepool's
-  // pools are exact already (a pool never splits for other pools) and never lend memory on OOM.
-  void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool) override {}
-  void setNoSplit(c10::DeviceIndex, MempoolId_t) override {}
+  // MemPool(use_on_oom=..., no_split=...): tracepool_pool_set_options.
+  void setUseOnOOM(c10::DeviceIndex device, MempoolId_t pool, bool use_on_oom) override {
+    set_option(device, pool, TRACEPOOL_POOL_USE_ON_OOM, use_on_oom, "setUseOnOOM");
+  }
+  void setNoSplit(c10::DeviceIndex device, MempoolId_t pool) override {
+    set_option(device, pool, TRACEPOOL_POOL_NO_SPLIT, true, "setNoSplit");
+  }
   bool checkPoolLiveAllocations(c10::DeviceIndex device, MempoolId_t pool,
                                 const std::unordered_set<void*>& expected) override {
     const std::vector<void*> blocks = pool_blocks(device, pool);
@@ -315,6 +368,14 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     int n = 0;
     check(tracepool_device_count(instance(), &n), "device_count");
     return n;
+  }
+
+  void set_option(c10::DeviceIndex device, MempoolId_t pool, unsigned option, bool on, const char* what) {
+    tracepool_t* tp = instance();
+    const uint64_t key = pool_key(pool);
+    unsigned options = 0;
+    check(tracepool_pool_options(tp, device, key, &options), what);
+    check(tracepool_pool_set_options(tp, device, key, on ? options | option : options & ~option), what);
   }
 
   std::vector<void*> pool_blocks(c10::DeviceIndex device, MempoolId_t pool) {
@@ -377,11 +438,14 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     return size <= max_request ? segment_size_for(round_size(size)) : size;
   }
 
+  std::atomic<bool> caching_{true};        // Note [Caching disabled]
+  std::atomic<size_t> uncached_count_{0};  // uncached_.size(), read without the lock
   std::atomic<int> devices_{0};
   std::atomic<int64_t> empty_caches_{0};  // torch.cuda.empty_cache() calls, for num_sync_all_streams
-  std::mutex mutex_;  // a leaf: guards the two lists below
+  std::mutex mutex_;  // a leaf: guards the lists below
   std::vector<double> fractions_;
   std::vector<cca::OutOfMemoryObserver> oom_observers_;
+  std::unordered_set<void*> uncached_;  // raw_alloc's pointers from the device while caching was off
 };
 
 // This library's frames are the top of every stack it allocates for: as bindings, they are dropped

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -371,6 +372,80 @@ TEST(PrivatePools, ACaptureBegunDuringEmptyCacheWaitsForItsReleases) {
   EXPECT_EQ(a->end_pool(0, graph_pool), status::ok);
   EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
   watcher.a = nullptr;
+}
+
+namespace {
+// Each segment of `pool` (by address) with its blocks that have memory behind them.
+std::map<uintptr_t, int> blocks_by_segment(allocator& a, uint64_t pool) {
+  std::vector<block_record> records;
+  EXPECT_EQ(a.collect_blocks(0, &records), status::ok);
+  std::map<uintptr_t, int> out;
+  for (const block_record& r : records)
+    if (r.pool == pool) ++out[r.segment];
+  return out;
+}
+
+void* routed_alloc(allocator& a, uint64_t pool, size_t size) {
+  void* p = nullptr;
+  EXPECT_EQ(a.begin_pool(0, pool, nullptr, capture_stream, nullptr), status::ok) << last_error();
+  EXPECT_EQ(a.malloc(size, 0, capture_stream, &p), status::ok) << last_error();
+  EXPECT_EQ(a.end_pool(0, pool), status::ok);
+  EXPECT_EQ(a.release_pool(0, pool), status::ok);  // begin_pool's use
+  return p;
+}
+}  // namespace
+
+// MemPool(no_split=True): each allocation a segment of its own; the pool beside it splits as usual.
+TEST(PrivatePools, ANoSplitPoolGivesEachAllocationASegmentOfItsOwn) {
+  auto a = host_allocator();
+  constexpr uint64_t split = 21, no_split = 22;
+  ASSERT_EQ(a->retain_pool(0, split), status::ok);
+  ASSERT_EQ(a->retain_pool(0, no_split), status::ok);
+  ASSERT_EQ(a->set_pool_options(0, no_split, true, false), status::ok) << last_error();
+  std::vector<void*> blocks;
+  for (uint64_t pool : {split, no_split, split, no_split}) blocks.push_back(routed_alloc(*a, pool, 4 << 20));
+  const auto split_segments = blocks_by_segment(*a, split), no_split_segments = blocks_by_segment(*a, no_split);
+  EXPECT_EQ(split_segments.size(), 1u) << "the second 4 MiB fits beside the first";
+  EXPECT_EQ(no_split_segments.size(), 2u);
+  for (const auto& [segment, count] : no_split_segments) EXPECT_EQ(count, 1) << "one block per segment";
+  std::vector<block_record> records;
+  ASSERT_EQ(a->collect_blocks(0, &records), status::ok);
+  for (const block_record& r : records)
+    if (r.pool == no_split) EXPECT_EQ(r.segment_size, size_t{4} << 20) << "sized to the request, not 20 MiB";
+  for (void* p : blocks) ASSERT_EQ(a->free(p), status::ok);
+  bool ns = false, oom = true;
+  ASSERT_EQ(a->pool_options(0, no_split, &ns, &oom), status::ok);
+  EXPECT_TRUE(ns);
+  EXPECT_FALSE(oom);
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+  EXPECT_EQ(a->release_pool(0, split), status::ok);
+  EXPECT_EQ(a->release_pool(0, no_split), status::ok);
+  EXPECT_EQ(a->set_pool_options(0, no_split, true, false), status::invalid_argument) << "released";
+}
+
+// MemPool(use_on_oom=True): what the default pool cannot get, even after emptying the cache, it may
+// take from the pool's free blocks on its stream; the block goes back to the pool.
+TEST(PrivatePools, AUseOnOomPoolLendsItsFreeMemoryWhenTheDeviceIsFull) {
+  auto a = host_allocator();
+  ASSERT_EQ(a->set_limit(0, 64 << 20), status::ok);
+  constexpr uint64_t lender = 23;
+  ASSERT_EQ(a->retain_pool(0, lender), status::ok);
+  void* in_pool = routed_alloc(*a, lender, 40 << 20);
+  ASSERT_EQ(a->free(in_pool), status::ok);  // free, but the pool's: 40 of the 64 MiB stay reserved
+  void* outside = nullptr;
+  EXPECT_EQ(a->malloc(30 << 20, 0, capture_stream, &outside), status::out_of_memory) << "not lent yet";
+  ASSERT_EQ(a->set_pool_options(0, lender, false, true), status::ok);
+  ASSERT_EQ(a->malloc(30 << 20, 0, capture_stream, &outside), status::ok) << last_error();
+  EXPECT_EQ(outside, in_pool) << "the pool's free block";
+  void* another = nullptr;
+  EXPECT_EQ(a->malloc(30 << 20, 0, capture_stream, &another), status::out_of_memory) << "nothing left to lend";
+  EXPECT_EQ(a->malloc(30 << 20, 0, other_stream, &another), status::out_of_memory) << "other streams are not lent to";
+  ASSERT_EQ(a->free(outside), status::ok);
+  void* again = routed_alloc(*a, lender, 20 << 20);
+  EXPECT_EQ(again, in_pool) << "the lent block came back to the pool";
+  ASSERT_EQ(a->free(again), status::ok);
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+  EXPECT_EQ(a->release_pool(0, lender), status::ok);
 }
 
 TEST(PrivatePools, BadCallsAreErrors) {

@@ -162,6 +162,16 @@ TRACEPOOL_API int tracepool_pool_blocks(tracepool_t* tp, int device, uint64_t po
  * call replaces it. TRACEPOOL_ERR_INVALID_ARGUMENT if the pool is not retained or the label is bad. */
 TRACEPOOL_API int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label);
 
+/* A retained pool's options (PyTorch's MemPool(no_split=..., use_on_oom=...)), a set of these flags:
+ * NO_SPLIT: its blocks are never split, so each allocation is a segment of its own, sized to it;
+ * USE_ON_OOM: an allocation outside private pools that does not fit, even once the cache is emptied,
+ * may take a free block of this pool on the same stream (the block returns to this pool when freed).
+ * Other bits are TRACEPOOL_ERR_INVALID_ARGUMENT, as is a pool that is not retained. */
+#define TRACEPOOL_POOL_NO_SPLIT 1u
+#define TRACEPOOL_POOL_USE_ON_OOM 2u
+TRACEPOOL_API int tracepool_pool_set_options(tracepool_t* tp, int device, uint64_t pool, unsigned options);
+TRACEPOOL_API int tracepool_pool_options(tracepool_t* tp, int device, uint64_t pool, unsigned* out);
+
 /* Checkpoints of a private pool (PyTorch's getCheckpointState/setCheckpointPoolState, which
  * torch.compile's CUDA-graph trees use to record a second path through a tree). A checkpoint is the
  * pool's allocated blocks at one moment: address, size, stream and call site. Restoring it frees every
