@@ -321,6 +321,24 @@ int tracepool_pool_options(tracepool_t* tp, int device, uint64_t pool, unsigned*
   });
 }
 
+int tracepool_pool_set_allocator(tracepool_t* tp, int device, uint64_t pool, tracepool_segment_alloc_fn alloc,
+                                 tracepool_segment_free_fn free, void* context, void (*release)(void* context)) {
+  // From here `release` runs exactly once, whatever happens: the source owns the context.
+  std::shared_ptr<const core::segment_source> source;
+  try {
+    source = std::make_shared<const core::segment_source>(alloc, free, context, release);
+  } catch (...) {
+    if (release != nullptr) release(context);
+    return capi::code(fail(status::internal, "tracepool_pool_set_allocator: host memory exhausted"));
+  }
+  return guarded("tracepool_pool_set_allocator", [&] {
+    if (status s = check_handle(tp, "tracepool_pool_set_allocator"); s != status::ok) return s;
+    if (alloc == nullptr || free == nullptr)
+      return fail(status::invalid_argument, "tracepool_pool_set_allocator: alloc and free must both be given");
+    return tp->impl->set_pool_source(device, pool, std::move(source));
+  });
+}
+
 struct tracepool_pool_checkpoint {
   const tracepool_t* owner;
   core::pool_checkpoint state;

@@ -331,6 +331,11 @@ status allocator::pool_options(int device, uint64_t pool, bool* no_split, bool* 
   return devices_[static_cast<size_t>(device)]->pool_options(pool, no_split, use_on_oom);
 }
 
+status allocator::set_pool_source(int device, uint64_t pool, std::shared_ptr<const segment_source> source) {
+  if (status s = check_pool(device, pool); s != status::ok) return s;
+  return devices_[static_cast<size_t>(device)]->set_pool_source(pool, std::move(source));
+}
+
 status allocator::checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out) {
   if (out == nullptr) return fail(status::invalid_argument, "checkpoint_pool: out is NULL");
   if (status s = check_pool(device, pool); s != status::ok) return s;

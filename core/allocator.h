@@ -77,6 +77,8 @@ class allocator final : public fork_participant {
   // MemPool(no_split=..., use_on_oom=...): device_cache::set_pool_options.
   status set_pool_options(int device, uint64_t pool, bool no_split, bool use_on_oom);
   status pool_options(int device, uint64_t pool, bool* no_split, bool* use_on_oom);
+  // MemPool(allocator=...): device_cache::set_pool_source.
+  status set_pool_source(int device, uint64_t pool, std::shared_ptr<const segment_source> source);
   // Note [Pool checkpoints] in private_pool.h: the pool's allocated blocks now (PyTorch's
   // getCheckpointState). invalid_argument if the pool is not retained.
   status checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out);

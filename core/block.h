@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -98,6 +99,23 @@ struct block_record {
 // hold in one stretch gets a classic segment instead. Unmapping first waits for the whole device
 // (backend::synchronize_device): a freed block's last kernels may still be running.
 
+// Where a private pool's segments come from when not from the backend: an allocator of the caller's
+// (PyTorch's MemPool(allocator=...)). Shared by the pool and each segment obtained from it; `release`
+// runs on `context` when the last of them is gone.
+struct segment_source {
+  void* (*alloc)(void* context, size_t size, int device, void* stream);  // nullptr: no memory
+  void (*free)(void* context, void* ptr, size_t size, int device, void* stream);
+  void* context;
+  void (*release)(void* context);
+  segment_source(decltype(alloc) a, decltype(free) f, void* c, decltype(release) r)
+      : alloc(a), free(f), context(c), release(r) {}
+  segment_source(const segment_source&) = delete;
+  segment_source& operator=(const segment_source&) = delete;
+  ~segment_source() {
+    if (release != nullptr) release(context);
+  }
+};
+
 // A segment belongs to one stream pool at a time (`owner`), and so all its blocks do: every block
 // operation needs only that pool's lock. A fully free segment may move to another pool once the
 // stream it was last used on has been fenced (Note [Stream reuse] in stream_reuse.h). `first` is
@@ -118,6 +136,7 @@ struct segment {
   // Growable: offsets from ptr, ascending, that are no multiple of `piece` but where one mapping ends
   // and the next may begin (Note [Growable segments]). Each lies in a `piece` stretch with memory.
   std::vector<size_t> splits;
+  std::shared_ptr<const segment_source> source;  // null: the backend's memory
 
   bool growable() const { return piece != 0; }
   // Growable: where the mapping that would begin at `offset` ends, the next boundary after it.

@@ -37,7 +37,7 @@ device_cache::~device_cache() {
   if (growable_ && !segments_.empty()) (void)backend_.synchronize_device(device_);
   for (auto& [start, seg] : segments_) {
     if (seg->growable()) unmap_all(seg);
-    else (void)backend_.release(device_, seg->ptr, seg->size);
+    else (void)give_back(seg, seg->ptr, seg->size, seg->owner != nullptr ? seg->owner->stream() : nullptr);
     for (block* b = seg->first; b != nullptr;) {
       block* next = b->next;
       delete b->stream_uses;
@@ -53,7 +53,10 @@ stream_pool* device_cache::pool_for(backend::stream_handle stream, uint64_t pool
   for (auto& p : pools_)
     if (p->stream() == stream && p->pool() == pool) return p.get();
   pools_.push_back(std::make_unique<stream_pool>(backend_, gate_, device_, stream, pool));
-  if (auto it = private_.find(pool); pool != 0 && it != private_.end()) pools_.back()->set_no_split(it->second.no_split);
+  if (auto it = private_.find(pool); pool != 0 && it != private_.end()) {
+    pools_.back()->set_no_split(it->second.no_split);
+    pools_.back()->set_sourced(it->second.source != nullptr);
+  }
   return pools_.back().get();
 }
 
@@ -211,6 +214,36 @@ status device_cache::pool_options(uint64_t pool, bool* no_split, bool* use_on_oo
   return status::ok;
 }
 
+status device_cache::set_pool_source(uint64_t pool, std::shared_ptr<const segment_source> source) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = private_.find(pool);
+  if (it == private_.end())
+    return fail(status::invalid_argument, "pool allocator: device %d has no private pool %llu (released, or never "
+                "retained)", device_, static_cast<unsigned long long>(pool));
+  for (const auto& [start, seg] : segments_)
+    if (seg->owner != nullptr && seg->owner->pool() == pool)
+      return fail(status::invalid_argument, "pool allocator: private pool %llu on device %d has memory already; "
+                  "its allocator is set before its first allocation", static_cast<unsigned long long>(pool), device_);
+  it->second.source = std::move(source);
+  for (auto& p : pools_)
+    if (p->pool() == pool) p->set_sourced(it->second.source != nullptr);
+  return status::ok;
+}
+
+std::shared_ptr<const segment_source> device_cache::source_of(const stream_pool* pool) {
+  if (pool->pool() == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = private_.find(pool->pool());
+  return it == private_.end() ? nullptr : it->second.source;
+}
+
+// A segment's memory back where it came from: the backend, or the pool's allocator (which cannot say no).
+status device_cache::give_back(const segment* seg, void* ptr, size_t bytes, backend::stream_handle stream) {
+  if (seg == nullptr || seg->source == nullptr) return backend_.release(device_, ptr, bytes);
+  seg->source->free(seg->source->context, ptr, bytes, device_, stream);
+  return status::ok;
+}
+
 // PyTorch's try_mempool_fallback: a free block of a use_on_oom pool, on the same stream.
 bool device_cache::borrow_on_oom(backend::stream_handle stream, size_t rounded, size_t size, block_tag tag,
                                  block** out) {
@@ -294,7 +327,7 @@ status device_cache::try_allocate(stream_pool* pool, size_t rounded, size_t size
   if (b == nullptr) {
     // Rung 2, growable segments: map pieces after the free block that ends where memory is unmapped.
     // None is b == nullptr here: the range has no stretch left that large, and a classic segment serves.
-    if (growable_ && !pool->no_split())
+    if (growable_ && !pool->classic_only())
       if (status s = grow_in_place(pool, rounded, kind, tag.site, &b); s != status::ok) return s;
   }
   if (b == nullptr) {
@@ -342,8 +375,15 @@ status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uin
   std::unique_ptr<segment> seg(new (std::nothrow) segment());
   std::unique_ptr<block> whole(new (std::nothrow) block());
   void* ptr = nullptr;
-  const status s = seg && whole ? backend_.allocate(device_, bytes, &ptr)
-                                : fail(status::internal, "device %d: host memory exhausted while growing", device_);
+  status s = status::ok;
+  if (!seg || !whole) {
+    s = fail(status::internal, "device %d: host memory exhausted while growing", device_);
+  } else if ((seg->source = source_of(pool)) == nullptr) {
+    s = backend_.allocate(device_, bytes, &ptr);
+  } else if ((ptr = seg->source->alloc(seg->source->context, bytes, device_, pool->stream())) == nullptr) {
+    s = fail(status::out_of_memory, "device %d: the pool's own allocator gave no memory for a segment of %zu bytes",
+             device_, bytes);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   reserving_ -= bytes;
   if (s != status::ok) return s;
@@ -368,7 +408,7 @@ status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uin
     const bool duplicate = segments_.count(seg->ptr) != 0;
     lock.unlock();
     // During a capture the memory stays the device's, lost, rather than break the capture.
-    if (const capture_gate::pass open(gate_); !duplicate && open) (void)backend_.release(device_, ptr, bytes);
+    if (const capture_gate::pass open(gate_); !duplicate && open) (void)give_back(seg.get(), ptr, bytes, pool->stream());
     return fail(status::internal, "device %d: could not record a new segment at %p (%s)", device_, ptr,
                 duplicate ? "the backend handed out an address tracepool still holds" : "host memory exhausted");
   }
@@ -402,7 +442,7 @@ status device_cache::release(const std::vector<segment*>& segments) {
     // Told before the backend has it (Note [Observers]): once it does, a grow may get the same address.
     const segment_event told{seg->ptr, seg->size, device_, seg->owner->stream(), seg->site};
     observers_.segment_free(told);
-    const status s = backend_.release(device_, seg->ptr, seg->size);
+    const status s = give_back(seg, seg->ptr, seg->size, seg->owner->stream());
     if (s == status::ok) {
       {
         std::lock_guard<std::mutex> lock(mutex_);

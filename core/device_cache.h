@@ -79,6 +79,9 @@ class device_cache {
   // `pool` is not retained.
   status set_pool_options(uint64_t pool, bool no_split, bool use_on_oom);
   status pool_options(uint64_t pool, bool* no_split, bool* use_on_oom);
+  // New segments of `pool` come from `source` (PyTorch's MemPool(allocator=...)), classic ones,
+  // and go back to it. invalid_argument if `pool` is not retained or has segments already.
+  status set_pool_source(uint64_t pool, std::shared_ptr<const segment_source> source);
   // Names the kind of a retained pool in reports; invalid_argument if `pool` is not retained.
   status label_pool(uint64_t pool, std::string label);
   // Every private pool still retained, by id. A block whose pool is not among them is ordinary
@@ -138,7 +141,10 @@ class device_cache {
     std::string label;  // label_pool's; "" if none
     bool no_split = false;
     bool use_on_oom = false;
+    std::shared_ptr<const segment_source> source;
   };
+  std::shared_ptr<const segment_source> source_of(const stream_pool* pool);
+  status give_back(const segment* seg, void* ptr, size_t bytes, backend::stream_handle stream);
   bool borrow_on_oom(backend::stream_handle stream, size_t rounded, size_t size, block_tag tag, block** out);
 
   backend::backend& backend_;

@@ -129,6 +129,28 @@ int run_filter(void* context, void* stream) {
 }
 void delete_filter(void* context) { delete static_cast<std::function<bool(cudaStream_t)>*>(context); }
 
+// MemPool(allocator=...): the pool's segments come from that allocator (tracepool_pool_set_allocator),
+// as PyTorch's allocPrimitive takes them, on the stream that needs them. The context owns a reference.
+using allocator_ref = std::shared_ptr<cca::CUDAAllocator>;
+void* source_alloc(void* context, size_t size, int device, void* stream) {
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    return (*static_cast<allocator_ref*>(context))->raw_alloc_with_stream(size, static_cast<cudaStream_t>(stream));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tracepool: the MemPool's allocator failed to allocate %zu bytes: %s\n", size, e.what());
+    return nullptr;
+  }
+}
+void source_free(void* context, void* ptr, size_t, int device, void*) {
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    (*static_cast<allocator_ref*>(context))->raw_delete(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tracepool: the MemPool's allocator failed to free %p: %s\n", ptr, e.what());
+  }
+}
+void source_release(void* context) { delete static_cast<allocator_ref*>(context); }
+
 // What getCheckpointState hands CUDA-graph trees: tracepool's checkpoint of the pool (Note [Pool
 // checkpoints] in core/private_pool.h), for setCheckpointPoolState to restore.
 struct pool_checkpoint final : cca::AllocatorState {
@@ -297,16 +319,20 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void releasePool(c10::DeviceIndex device, MempoolId_t pool) noexcept override {
     if (tracepool_t* tp = tracepool_default()) tell(tracepool_pool_release(tp, device, key_or_zero(pool)), "releasePool");
   }
+  // A MemPool with an allocator of its own (MemPool(allocator=...)) gets its segments from it; tracepool
+  // still splits, caches and attributes the blocks.
   void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t pool, std::shared_ptr<cca::CUDAAllocator> allocator) override {
-    TORCH_CHECK(allocator == nullptr, "tracepool: a MemPool with an allocator of its own (MemPool(allocator=...)) is "
-                "not supported while tracepool is PyTorch's allocator; MemPool() without one gets its memory from "
-                "tracepool");
     tracepool_t* tp = instance();
     const uint64_t key = pool_key(pool);
     check(tracepool_pool_retain(tp, device, key), "createOrIncrefPool");
     int uses = 0;
-    if (tracepool_pool_use_count(tp, device, key, &uses) == TRACEPOOL_OK && uses == 1)
-      tell(tracepool_pool_label(tp, device, key, "torch.cuda.MemPool"), "createOrIncrefPool");
+    if (tracepool_pool_use_count(tp, device, key, &uses) != TRACEPOOL_OK || uses != 1) return;
+    tell(tracepool_pool_label(tp, device, key, "torch.cuda.MemPool"), "createOrIncrefPool");
+    if (allocator == nullptr) return;
+    const int rc = tracepool_pool_set_allocator(tp, device, key, &source_alloc, &source_free,
+                                                new allocator_ref(std::move(allocator)), &source_release);
+    if (rc != TRACEPOOL_OK) tell(tracepool_pool_release(tp, device, key), "createOrIncrefPool");
+    check(rc, "createOrIncrefPool");
   }
   int getPoolUseCount(c10::DeviceIndex device, MempoolId_t pool) override {
     int uses = 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -446,6 +447,95 @@ TEST(PrivatePools, AUseOnOomPoolLendsItsFreeMemoryWhenTheDeviceIsFull) {
   ASSERT_EQ(a->free(again), status::ok);
   EXPECT_EQ(a->validate(), status::ok) << last_error();
   EXPECT_EQ(a->release_pool(0, lender), status::ok);
+}
+
+namespace {
+// An allocator of the caller's, for MemPool(allocator=...): host memory, counted.
+struct counting_source {
+  int allocs = 0, frees = 0, releases = 0;
+  size_t last_size = 0;
+  bool refuse = false;
+  std::vector<std::pair<char*, size_t>> held;
+  static void* alloc(void* c, size_t size, int, void*) {
+    auto* self = static_cast<counting_source*>(c);
+    if (self->refuse) return nullptr;
+    ++self->allocs;
+    self->last_size = size;
+    char* p = static_cast<char*>(std::aligned_alloc(4096, size));
+    self->held.emplace_back(p, size);
+    return p;
+  }
+  static void free(void* c, void* ptr, size_t size, int, void*) {
+    auto* self = static_cast<counting_source*>(c);
+    ++self->frees;
+    EXPECT_NE(std::find(self->held.begin(), self->held.end(), std::make_pair(static_cast<char*>(ptr), size)),
+              self->held.end()) << "given back with the size it was asked for";
+    std::free(ptr);
+  }
+  static void release(void* c) { ++static_cast<counting_source*>(c)->releases; }
+  bool holds(const void* p) const {
+    for (const auto& [start, size] : held)
+      if (p >= start && p < start + size) return true;
+    return false;
+  }
+};
+}  // namespace
+
+// MemPool(allocator=...): the pool's segments come from the caller's allocator; tracepool still splits,
+// caches and counts the blocks, and gives each segment back to it.
+TEST(PrivatePools, APoolsSegmentsComeFromItsOwnAllocator) {
+  auto a = host_allocator();
+  constexpr uint64_t pool = 24;
+  counting_source source;
+  ASSERT_EQ(a->retain_pool(0, pool), status::ok);
+  ASSERT_EQ(a->set_pool_source(0, pool, std::make_shared<const segment_source>(&counting_source::alloc,
+                                                                               &counting_source::free, &source,
+                                                                               &counting_source::release)),
+            status::ok) << last_error();
+  const int64_t reserved_before = current(stats_of(*a), stat_kind::reserved_bytes);
+  void* first = routed_alloc(*a, pool, 4 << 20);
+  void* second = routed_alloc(*a, pool, 4 << 20);
+  EXPECT_EQ(source.allocs, 1) << "one 20 MiB segment serves both";
+  EXPECT_EQ(source.last_size, size_t{20} << 20);
+  EXPECT_TRUE(source.holds(first) && source.holds(second));
+  EXPECT_EQ(current(stats_of(*a), stat_kind::reserved_bytes) - reserved_before, 20 << 20) << "counted as reserved";
+  void* outside = nullptr;
+  ASSERT_EQ(a->malloc(4 << 20, 0, other_stream, &outside), status::ok);
+  EXPECT_FALSE(source.holds(outside)) << "only the pool's memory comes from it";
+  ASSERT_EQ(a->free(outside), status::ok);
+  ASSERT_EQ(a->free(first), status::ok);
+  ASSERT_EQ(a->free(second), status::ok);
+  EXPECT_EQ(source.frees, 0) << "cached while the pool lives";
+  ASSERT_EQ(a->release_pool(0, pool), status::ok);
+  EXPECT_EQ(source.frees, 1) << "a retired pool's free segment goes back to its allocator";
+  EXPECT_EQ(source.releases, 1);
+  EXPECT_EQ(a->validate(), status::ok) << last_error();
+
+  // Set too late: the allocator's context is released at once. A source that says no is out of memory.
+  counting_source late, refusing;
+  refusing.refuse = true;
+  ASSERT_EQ(a->retain_pool(0, pool), status::ok);
+  void* held = routed_alloc(*a, pool, 1000);
+  EXPECT_EQ(a->set_pool_source(0, pool, std::make_shared<const segment_source>(&counting_source::alloc,
+                                                                               &counting_source::free, &late,
+                                                                               &counting_source::release)),
+            status::invalid_argument);
+  EXPECT_EQ(late.releases, 1);
+  ASSERT_EQ(a->free(held), status::ok);
+  ASSERT_EQ(a->release_pool(0, pool), status::ok);
+  ASSERT_EQ(a->retain_pool(0, pool), status::ok);
+  ASSERT_EQ(a->set_pool_source(0, pool, std::make_shared<const segment_source>(&counting_source::alloc,
+                                                                               &counting_source::free, &refusing,
+                                                                               &counting_source::release)),
+            status::ok);
+  void* none = nullptr;
+  ASSERT_EQ(a->begin_pool(0, pool, nullptr, capture_stream, nullptr), status::ok);
+  EXPECT_EQ(a->malloc(1000, 0, capture_stream, &none), status::out_of_memory);
+  EXPECT_NE(std::string(last_error()).find("the pool's own allocator"), std::string::npos) << last_error();
+  ASSERT_EQ(a->end_pool(0, pool), status::ok);
+  ASSERT_EQ(a->release_pool(0, pool), status::ok);
+  ASSERT_EQ(a->release_pool(0, pool), status::ok);
+  EXPECT_EQ(refusing.releases, 1);
 }
 
 TEST(PrivatePools, BadCallsAreErrors) {

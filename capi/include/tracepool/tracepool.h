@@ -172,6 +172,19 @@ TRACEPOOL_API int tracepool_pool_label(tracepool_t* tp, int device, uint64_t poo
 TRACEPOOL_API int tracepool_pool_set_options(tracepool_t* tp, int device, uint64_t pool, unsigned options);
 TRACEPOOL_API int tracepool_pool_options(tracepool_t* tp, int device, uint64_t pool, unsigned* out);
 
+/* Where a retained pool's memory comes from (PyTorch's MemPool(allocator=...)): from now on its
+ * segments, classic ones sized as usual, come from `alloc` (NULL: no memory, the allocation is out of
+ * memory) and go back to `free` with the same size, device and stream; tracepool still splits, caches
+ * and attributes its blocks. Both run under one of tracepool's locks: they must not call tracepool.
+ * `release` (may be NULL) runs on `context` once the pool and all such segments are gone. Set before
+ * the pool's first allocation: a pool with memory already is TRACEPOOL_ERR_INVALID_ARGUMENT (and
+ * `release` runs at once). */
+typedef void* (*tracepool_segment_alloc_fn)(void* context, size_t size, int device, void* stream);
+typedef void (*tracepool_segment_free_fn)(void* context, void* ptr, size_t size, int device, void* stream);
+TRACEPOOL_API int tracepool_pool_set_allocator(tracepool_t* tp, int device, uint64_t pool,
+                                               tracepool_segment_alloc_fn alloc, tracepool_segment_free_fn free,
+                                               void* context, void (*release)(void* context));
+
 /* Checkpoints of a private pool (PyTorch's getCheckpointState/setCheckpointPoolState, which
  * torch.compile's CUDA-graph trees use to record a second path through a tree). A checkpoint is the
  * pool's allocated blocks at one moment: address, size, stream and call site. Restoring it frees every
