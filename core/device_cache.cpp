@@ -53,10 +53,7 @@ stream_pool* device_cache::pool_for(backend::stream_handle stream, uint64_t pool
   for (auto& p : pools_)
     if (p->stream() == stream && p->pool() == pool) return p.get();
   pools_.push_back(std::make_unique<stream_pool>(backend_, gate_, device_, stream, pool));
-  if (auto it = private_.find(pool); pool != 0 && it != private_.end()) {
-    pools_.back()->set_no_split(it->second.no_split);
-    pools_.back()->set_sourced(it->second.source != nullptr);
-  }
+  if (auto it = private_.find(pool); pool != 0 && it != private_.end()) pools_.back()->set_no_split(it->second.no_split);
   return pools_.back().get();
 }
 
@@ -225,8 +222,6 @@ status device_cache::set_pool_source(uint64_t pool, std::shared_ptr<const segmen
       return fail(status::invalid_argument, "pool allocator: private pool %llu on device %d has memory already; "
                   "its allocator is set before its first allocation", static_cast<unsigned long long>(pool), device_);
   it->second.source = std::move(source);
-  for (auto& p : pools_)
-    if (p->pool() == pool) p->set_sourced(it->second.source != nullptr);
   return status::ok;
 }
 

@@ -34,6 +34,14 @@ namespace tracepool::core {
 //     end_pool closes it.
 //   - Blocks record nothing new: their segment's stream pool knows the pool. Reports group a private
 //     pool's blocks under the call site that opened its first route (the capture's line).
+//   - Its segments are classic ones, even where the default pool grows growable segments. Choice:
+//     PyTorch's private pools are classic under its default settings, and its tests and users read
+//     their segment counts (segment.small_pool.current, MemPool.snapshot()); a retained pool never
+//     gives memory back, so what growable segments save elsewhere (unmapping the free pieces of a
+//     partly used segment) would not be saved here.
+//   - PyTorch's MemPool options: no_split (each allocation a segment of its own, sized to it),
+//     use_on_oom (the default pool may take its free blocks when the device is full), and an allocator
+//     of the pool's own (segment_source in block.h) that its segments come from.
 
 // Note [Pool checkpoints]
 // Rationale: torch.compile's CUDA-graph trees record every graph of a tree into one private pool. When

@@ -36,10 +36,8 @@ class stream_pool {
   // whole free block, so each segment holds one block. Set by device_cache, under no lock.
   void set_no_split(bool on) { no_split_.store(on, std::memory_order_relaxed); }
   bool no_split() const { return no_split_.load(std::memory_order_relaxed); }
-  // A pool whose segments come from an allocator of the caller's (segment_source in block.h).
-  void set_sourced(bool on) { sourced_.store(on, std::memory_order_relaxed); }
-  // Whether it grows by classic segments only: growable ones are the backend's, and split.
-  bool classic_only() const { return no_split() || sourced_.load(std::memory_order_relaxed); }
+  // Whether it grows by classic segments only: a private pool's do (Note [Private pools]).
+  bool classic_only() const { return pool_ != 0; }
 
   // Smallest free block of the kind that holds `rounded`, or nullptr.
   block* find_free(size_t rounded, pool_kind kind) const;
@@ -139,7 +137,6 @@ class stream_pool {
   backend::stream_handle stream_;
   uint64_t pool_;
   std::atomic<bool> no_split_{false};
-  std::atomic<bool> sourced_{false};
   small_free_list small_;
   large_free_list large_;
   stat_table stats_;

@@ -38,6 +38,12 @@
 # tests/gpu/peer_check.py (copies between the devices, classic and growable segments) and the ranks step.
 # Budget 420 s. The full run has these rows too; with one GPU the two-GPU ones skip.
 #
+# TRACEPOOL_GPU_STEPS=torch_tests runs instead PyTorch's own allocator tests (issue 32): the Python package is
+# built, then tests/gpu/torch_own_tests.py runs each selected test of test_cuda.py and test_cuda_multigpu.py in a
+# process of its own, natively and under tracepool (section 2g). The test files are not in the repository:
+# tests/gpu/get_torch_tests.sh fetches them into the git-ignored tests/gpu/torch_tests, which the device call
+# must carry. Call it on nvidia-h100-x2 for the multi-GPU tests. Budget 575 s.
+#
 # OUTDIR holds at most 8 files: build.log (with pip's output) unit.log conformance.log (with the stress
 # suite's and every compute-sanitizer run's output, each under a ==== header) bench.log (the trace
 # bench's output at its end) bench.json torch.log pages.tar.gz (the HTML reports of the unmarked training
@@ -52,8 +58,8 @@ BUILD=${TRACEPOOL_GPU_BUILD:-/tmp/tracepool-gpu-build}
 LIB=$BUILD/capi/libtracepool.so
 STEPS=${TRACEPOOL_GPU_STEPS:-all}
 case $STEPS in
-  all) budget_s=570 ;; capture | segments) budget_s=575 ;; growth) budget_s=400 ;; multi) budget_s=420 ;;
-  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth, segments or multi, not $STEPS" >&2; exit 2 ;;
+  all) budget_s=570 ;; capture | segments | torch_tests) budget_s=575 ;; growth) budget_s=400 ;; multi) budget_s=420 ;;
+  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth, segments, multi or torch_tests, not $STEPS" >&2; exit 2 ;;
 esac
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
@@ -112,7 +118,7 @@ fi
 # ---- 2. Build -------------------------------------------------------------------------------------
 { cmake --version | head -1; nvcc --version 2>&1 | tail -2; g++ --version | head -1; } >"$OUT/build.log" 2>&1
 t0=$SECONDS
-if [[ $STEPS == capture || $STEPS == segments ]]; then
+if [[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests ]]; then
   row SKIP "build" "TRACEPOOL_GPU_STEPS=$STEPS: the Python package alone"
 elif [[ ! -f CMakeLists.txt ]]; then
   row FAIL "build" "no CMakeLists.txt in $ROOT"
@@ -138,7 +144,7 @@ fi
 # Baseline plugins for the PyTorch checks (minimal exact-size cache; tracepool timed from outside).
 REF=$BUILD/reference_plugins.so
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-[[ $STEPS == capture || $STEPS == segments ]] ||
+[[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests ]] ||
   g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
     -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 ||
   echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
@@ -382,6 +388,58 @@ if [[ $STEPS == multi ]]; then
   contexts_step
   peer_step
   ranks_step
+fi
+
+# ---- 2g. PyTorch's own tests beside tracepool (issue 32; TRACEPOOL_GPU_STEPS=torch_tests runs this alone) --
+# tests/gpu/torch_own_tests.py: each selected test of PyTorch's test_cuda.py and test_cuda_multigpu.py in a
+# process of its own, natively and with tracepool installed, side by side. Needs tests/gpu/torch_tests from
+# tests/gpu/get_torch_tests.sh (git-ignored: the device call carries it). Lines go to torch.log, the JSON to
+# bench.json. TRACEPOOL_TORCH_TESTS_SET: core (default: the 51), wide (all 128; more than one call's
+# time) or rest (wide less core, for a second call); TRACEPOOL_TORCH_TESTS_JOBS: processes at a time (8).
+# A test that passes natively and not under tracepool is a FAIL row; the counts are info rows.
+torch_tests_step() {
+  local set=${TRACEPOOL_TORCH_TESTS_SET:-core} json=$WORK/torch_own_tests.json t
+  t=$(budget 570 60)
+  printf '\n==== torch_own_tests.py --set %s (limit %s s, %s) ====\n' "$set" "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then row SKIP "PyTorch's own tests" "time budget spent"; return; fi
+  timeout -k 10 "$t" "$PY" tests/gpu/torch_own_tests.py --set "$set" --jobs "${TRACEPOOL_TORCH_TESTS_JOBS:-8}" \
+    --budget $((t - 15)) --json "$json" >>"$OUT/torch.log" 2>&1
+  echo "==== exit status $?" >>"$OUT/torch.log"
+  cp "$json" "$OUT/bench.json" 2>/dev/null
+  local line
+  while IFS= read -r line; do ROWS+=("$line"); done < <(python3 - "$json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print("FAIL|PyTorch's own tests|no result (%s); see torch.log" % e); sys.exit()
+if d["skipped"]:
+    print("SKIP|PyTorch's own tests|%s" % d["skipped"][:300]); sys.exit()
+for name, s in d["summary"].items():
+    print("info|PyTorch's own tests, %s set|native %d pass, tracepool %d pass (of %d; %d not run)"
+          % (name, s["native_pass"], s["tracepool_pass"], s["tests"], s["not_run"]))
+pool = {t["id"]: t["tracepool"] for t in d["tests"]}
+for node_id in list(d["summary"].values())[-1]["regressions"]:
+    print("FAIL|own test: %s|passes natively; under tracepool %s: %s"
+          % (node_id.split("::", 1)[1], pool[node_id]["result"], pool[node_id]["detail"][:200].replace("|", "/")))
+PY
+)
+}
+
+if [[ $STEPS == torch_tests ]]; then
+  wait_for_package
+  if [[ $PY == python3 ]]; then
+    row FAIL "PyTorch's own tests" "no package to test"
+  else
+    # First the CUDA-graph trees with a second path (graph_check.py's tree rows, native and tracepool), so
+    # that a long test run cannot crowd them out.
+    check_step graph native.1 --allocator native --checks reduce_overhead,tree_train_eval,tree_shapes_kept
+    check_step graph tracepool.1 --allocator tracepool --checks reduce_overhead,tree_train_eval,tree_shapes_kept
+    while IFS= read -r line; do ROWS+=("$line"); done < <(
+      python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.1.json -- "$WORK"/graph.tracepool.1.json 2>&1 \
+        | grep -E '^(PASS|FAIL)\|graphs: ' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
+    torch_tests_step
+  fi
 fi
 
 # ---- 3. C++ tests ---------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ class Test:
 
 
 def read_selection(path, which):
-    """The tests of `which` ("core" or "wide", which holds every line), in the file's order, core first."""
+    """The tests of `which` ("core"; "wide", which holds every line; "rest", the wide lines alone, for a
+    second call after a core one), in the file's order, core first."""
     tests = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         line = line.strip()
@@ -141,7 +142,7 @@ def read_selection(path, which):
         fields = line.split()
         if len(fields) != 2 or fields[0] not in ("core", "wide") or fields[1].count("::") < 1:
             raise ValueError("%s:%d: expected 'core|wide FILE::CLASS::TEST', not %r" % (path, number, line))
-        if which == "wide" or fields[0] == "core":
+        if which == "wide" or fields[0] == ("wide" if which == "rest" else "core"):
             tests.append(Test(fields[1], fields[0]))
     return sorted(tests, key=lambda t: t.tag != "core")
 
@@ -356,9 +357,11 @@ def line_for(test, index, total):
 
 def summarize(tests):
     """Counts per set: every set holds the core tests; wide holds all."""
-    sets = {"core": [t for t in tests if t.tag == "core"]}
+    sets = {}
+    if any(t.tag == "core" for t in tests):
+        sets["core"] = [t for t in tests if t.tag == "core"]
     if any(t.tag == "wide" for t in tests):
-        sets["wide"] = tests
+        sets["wide" if "core" in sets else "rest"] = tests
     summary = {}
     for name, chosen in sets.items():
         passed = {m: [t for t in chosen if t.results[m]["result"] in OK] for m in ("native", "tracepool")}
@@ -398,7 +401,8 @@ def write_json(path, args, tests, summary, skipped, elapsed, selected):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("core", "wide"), default="wide")
+    parser.add_argument("--set", choices=("core", "wide", "rest"), default="wide",
+                        help="core; wide (everything); rest (wide less core)")
     parser.add_argument("--list", type=Path, default=HERE / "torch_own_tests.txt")
     parser.add_argument("--tests-dir", type=Path, default=HERE / "torch_tests")
     parser.add_argument("--jobs", type=int, default=6, help="processes at a time (default 6)")
