@@ -395,7 +395,9 @@ fi
 # process of its own, natively and with tracepool installed, side by side. Needs tests/gpu/torch_tests from
 # tests/gpu/get_torch_tests.sh (git-ignored: the device call carries it). Lines go to torch.log, the JSON to
 # bench.json. TRACEPOOL_TORCH_TESTS_SET: core (default: the 51), wide (all 128; more than one call's
-# time) or rest (wide less core, for a second call); TRACEPOOL_TORCH_TESTS_JOBS: processes at a time (8).
+# time) or rest (wide less core, for a second call); TRACEPOOL_TORCH_TESTS_MATCH: a regular expression, only the
+# set's tests whose node id it finds; TRACEPOOL_TORCH_TESTS_GRAPHS=0 leaves the graph rows out;
+# TRACEPOOL_TORCH_TESTS_JOBS: processes at a time (8).
 # A test that passes natively and not under tracepool is a FAIL row; the counts are info rows.
 torch_tests_step() {
   local set=${TRACEPOOL_TORCH_TESTS_SET:-core} json=$WORK/torch_own_tests.json t
@@ -403,7 +405,8 @@ torch_tests_step() {
   printf '\n==== torch_own_tests.py --set %s (limit %s s, %s) ====\n' "$set" "$t" "$(date +%T)" >>"$OUT/torch.log"
   if ((t == 0)); then row SKIP "PyTorch's own tests" "time budget spent"; return; fi
   timeout -k 10 "$t" "$PY" tests/gpu/torch_own_tests.py --set "$set" --jobs "${TRACEPOOL_TORCH_TESTS_JOBS:-8}" \
-    --budget $((t - 15)) --json "$json" >>"$OUT/torch.log" 2>&1
+    ${TRACEPOOL_TORCH_TESTS_MATCH:+--match "$TRACEPOOL_TORCH_TESTS_MATCH"} --budget $((t - 15)) --json "$json" \
+    >>"$OUT/torch.log" 2>&1
   echo "==== exit status $?" >>"$OUT/torch.log"
   cp "$json" "$OUT/bench.json" 2>/dev/null
   local line
@@ -433,11 +436,13 @@ if [[ $STEPS == torch_tests ]]; then
   else
     # First the CUDA-graph trees with a second path (graph_check.py's tree rows, native and tracepool), so
     # that a long test run cannot crowd them out.
-    check_step graph native.1 --allocator native --checks reduce_overhead,tree_train_eval,tree_shapes_kept
-    check_step graph tracepool.1 --allocator tracepool --checks reduce_overhead,tree_train_eval,tree_shapes_kept
-    while IFS= read -r line; do ROWS+=("$line"); done < <(
-      python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.1.json -- "$WORK"/graph.tracepool.1.json 2>&1 \
-        | grep -E '^(PASS|FAIL)\|graphs: ' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
+    if [[ ${TRACEPOOL_TORCH_TESTS_GRAPHS:-1} != 0 ]]; then
+      check_step graph native.1 --allocator native --checks reduce_overhead,tree_train_eval,tree_shapes_kept
+      check_step graph tracepool.1 --allocator tracepool --checks reduce_overhead,tree_train_eval,tree_shapes_kept
+      while IFS= read -r line; do ROWS+=("$line"); done < <(
+        python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.1.json -- "$WORK"/graph.tracepool.1.json 2>&1 \
+          | grep -E '^(PASS|FAIL)\|graphs: ' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")
+    fi
     torch_tests_step
   fi
 fi

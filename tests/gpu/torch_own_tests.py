@@ -403,6 +403,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=("core", "wide", "rest"), default="wide",
                         help="core; wide (everything); rest (wide less core)")
+    parser.add_argument("--match", help="only the tests of the set whose node id this regular expression finds")
     parser.add_argument("--list", type=Path, default=HERE / "torch_own_tests.txt")
     parser.add_argument("--tests-dir", type=Path, default=HERE / "torch_tests")
     parser.add_argument("--jobs", type=int, default=6, help="processes at a time (default 6)")
@@ -421,6 +422,8 @@ def main(argv=None):
     args = parse_args(argv)
     began = time.monotonic()
     tests = read_selection(args.list, args.set)
+    if args.match:
+        tests = [t for t in tests if re.search(args.match, t.node_id)]
     skipped = why_skip(args, tests)
     if skipped:
         print("SKIP: PyTorch's own tests: " + skipped)
