@@ -69,6 +69,7 @@ struct block_record {
   size_t segment_size;
   uintptr_t stream;  // the stream the segment serves
   uint64_t pool;     // the private pool it belongs to, 0 for the default (Note [Private pools])
+  bool growable;     // its segment is growable (segment_size is then the mapped run it lies in)
 };
 
 // Note [Growable segments]

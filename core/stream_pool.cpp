@@ -283,7 +283,7 @@ void stream_pool::collect(std::vector<block_record>* out) const {
       const bool live = b->state == block_state::allocated, pending = b->state == block_state::pending_free;
       out->push_back(block_record{b->site, b->birth, b->size, b->requested, live, b->counted_split, pending, s->kind,
                                   reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(run->ptr), run_size,
-                                  reinterpret_cast<uintptr_t>(stream_), pool_});
+                                  reinterpret_cast<uintptr_t>(stream_), pool_, s->growable()});
     }
   }
 }

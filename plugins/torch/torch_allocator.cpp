@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -67,9 +68,56 @@ void tell(int rc, const char* what) {
     std::fprintf(stderr, "tracepool: %s: %s: %s\n", what, tracepool_status_string(rc), tracepool_last_error());
 }
 
+// Note [Memory profiling]
+// torch.profiler.profile(profile_memory=True) learns of every allocation and free from the allocator
+// (c10::reportMemoryUsageToProfiler, with the device's allocated and reserved bytes), as PyTorch's
+// own allocator tells it. Only while a profiler asks (c10::memoryProfilingEnabled(), one thread-local
+// read, as PyTorch's allocator pays too): the blocks allocated meanwhile are listed with their size and
+// device, so that their frees can be told; the list is read at a free only while it has any.
+std::mutex profiled_mutex;
+std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>> profiled;  // guarded by profiled_mutex
+std::atomic<size_t> profiled_count{0};
+
+void report_to_profiler(void* ptr, int64_t bytes, c10::DeviceIndex device) {
+  tracepool_stats_t s{};
+  s.size = sizeof s;
+  if (tracepool_t* tp = tracepool_default(); tp == nullptr || tracepool_get_stats(tp, device, &s) != TRACEPOOL_OK) return;
+  c10::reportMemoryUsageToProfiler(ptr, bytes, s.allocated_bytes.current, s.reserved_bytes.current,
+                                   c10::Device(c10::DeviceType::CUDA, device));
+}
+
+void profile_alloc(void* ptr, size_t size, c10::DeviceIndex device) {
+  {
+    std::lock_guard<std::mutex> lock(profiled_mutex);
+    profiled[ptr] = {size, device};
+    profiled_count.store(profiled.size(), std::memory_order_relaxed);
+  }
+  report_to_profiler(ptr, static_cast<int64_t>(size), device);
+}
+
+// After the free: the figures the profiler gets are those without the block, as PyTorch's.
+void profile_free(void* ptr, size_t size, c10::DeviceIndex device) {
+  report_to_profiler(ptr, -static_cast<int64_t>(size), device);
+}
+
+bool take_profiled(void* ptr, std::pair<size_t, c10::DeviceIndex>* out) {
+  std::lock_guard<std::mutex> lock(profiled_mutex);
+  auto it = profiled.find(ptr);
+  if (it == profiled.end()) return false;
+  *out = it->second;
+  profiled.erase(it);
+  profiled_count.store(profiled.size(), std::memory_order_relaxed);
+  return true;
+}
+
 // The deleter of every DataPtr this allocator makes, and its raw_deleter(): CUDA-graph trees compare
 // the two (torch._C._has_Standard_Deleter).
-void delete_block(void* ptr) { tracepool_torch_free(ptr, 0, 0, nullptr); }
+void delete_block(void* ptr) {
+  std::pair<size_t, c10::DeviceIndex> was{};
+  const bool told = profiled_count.load(std::memory_order_relaxed) != 0 && take_profiled(ptr, &was);
+  tracepool_torch_free(ptr, 0, 0, nullptr);
+  if (told) profile_free(ptr, was.first, was.second);
+}
 
 // Note [Caching disabled]
 // torch.cuda.caching_allocator_enable(False) asks for memory straight from the device, freed straight
@@ -208,6 +256,17 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     }
     delete_block(ptr);
   }
+  // C++ callers of the history (an extension's c10::cuda::CUDACachingAllocator::recordHistory): tracepool's
+  // history on with room for max_entries events, or off. Python's _record_memory_history goes through
+  // tracepool.torch.memory_history, which also honours context and stacks in the snapshot.
+  void recordHistory(bool enabled, cca::CreateContextFn, size_t max_entries, cca::RecordContext, bool clear,
+                     const std::vector<std::string>&) override {
+    constexpr size_t most = size_t{1} << 22;  // memory_history.MAX_ENTRIES
+    const size_t entries = enabled ? std::min(std::max<size_t>(max_entries, 1), most) : 0;
+    check(tracepool_record_history(instance(), entries, clear ? 1 : 0), "recordHistory");
+    history_.store(enabled, std::memory_order_relaxed);
+  }
+  bool isHistoryEnabled() override { return history_.load(std::memory_order_relaxed); }
   void enable(bool value) override { caching_.store(value, std::memory_order_relaxed); }
   bool isEnabled() const override { return caching_.load(std::memory_order_relaxed); }
 
@@ -423,7 +482,10 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     const int rc = tracepool_malloc(tp, size, device, stream, &ptr);
     const std::string why = rc == TRACEPOOL_OK ? std::string() : tracepool_last_error();  // before the pop
     if (tagged) (void)tracepool_tag_pop();
-    if (rc == TRACEPOOL_OK) return ptr;
+    if (rc == TRACEPOOL_OK) {
+      if (c10::memoryProfilingEnabled()) profile_alloc(ptr, size, device);  // Note [Memory profiling]
+      return ptr;
+    }
     TORCH_CHECK_WITH(OutOfMemoryError, size < (uint64_t{1} << 60), "CUDA out of memory. Tried to allocate more than 1EB memory.");
     if (rc == TRACEPOOL_ERR_OOM || rc == TRACEPOOL_ERR_INVALID_ARGUMENT) out_of_memory(tp, size, device, why);
     TORCH_CHECK(false, "tracepool: ", tracepool_status_string(rc), ": ", why);
@@ -465,6 +527,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   }
 
   std::atomic<bool> caching_{true};        // Note [Caching disabled]
+  std::atomic<bool> history_{false};       // recordHistory's
   std::atomic<size_t> uncached_count_{0};  // uncached_.size(), read without the lock
   std::atomic<int> devices_{0};
   std::atomic<int64_t> empty_caches_{0};  // torch.cuda.empty_cache() calls, for num_sync_all_streams

@@ -53,7 +53,7 @@ void write_segments(json_out& j, const held_memory& held, site_describer& descri
       const bool handle = (s.pool & 1) != 0;
       j.key("segment_pool_id"), j.open('['), j.value(handle ? int64_t{0} : half), j.value(handle ? half : int64_t{0}),
           j.close(']');
-      j.key("is_expandable"), j.value(false);
+      j.key("is_expandable"), j.value(s.growable);  // PyTorch's name for a growable segment's mapped run
       j.key("frames"), j.open('['), j.close(']');
       j.key("blocks");
       j.open('[');

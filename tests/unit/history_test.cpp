@@ -345,6 +345,26 @@ TEST(TorchSnapshot, WithoutHistoryDeviceTracesHoldsOneAllocPerLiveBlock) {
   tracepool_destroy(tp);
 }
 
+// PyTorch's readers (its memory-stat consistency check, MemPool tests) tell growable segments, whose
+// segment count they do not take, from classic ones by is_expandable.
+TEST(TorchSnapshot, GrowableSegmentsAreExpandableAndClassicOnesAreNot) {
+  for (const char* conf : {"backend:host,segments:growable", "backend:host,segments:classic"}) {
+    tracepool_t* tp = nullptr;
+    ASSERT_EQ(tracepool_create(conf, &tp), TRACEPOOL_OK) << tracepool_last_error();
+    void* p = nullptr;
+    ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+    char* text = nullptr;
+    ASSERT_EQ(tracepool_torch_snapshot_string(tp, &text), TRACEPOOL_OK);
+    const json snap = json::parse(text);
+    tracepool_string_free(text);
+    ASSERT_EQ(snap["segments"].size(), 1u) << conf;
+    EXPECT_EQ(snap["segments"][0]["is_expandable"].get<bool>(), std::string(conf).find("growable") != std::string::npos)
+        << conf;
+    ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+    tracepool_destroy(tp);
+  }
+}
+
 // Note [Site counters]: a site's counters hear a free once the pool has the block (`freed`); a free
 // the pool refuses is undone for its `free` listeners (the history) and never reaches the counters.
 TEST(History, ARefusedFreeLeavesTheSiteCountersAsTheyWere) {
