@@ -239,7 +239,8 @@ def torch_history():
 
 
 def _entries_at(data, address, size=None):
-    return [e for e in data["device_traces"][0] if e.get("addr") == address and size in (None, e.get("size"))]
+    return [e for e in data["device_traces"][0] if e.get("addr") == address and size in (None, e.get("size"))
+            and not e["action"].startswith("segment_")]
 
 
 def test_record_memory_history_drives_tracepools_history_and_honours_its_arguments(torch_history):
@@ -305,6 +306,11 @@ def test_the_legacy_form_and_bad_arguments(torch_history):
     assert all(f["filename"].endswith(".py") for e in entries for f in e["frames"]), "record_context_cpp=False"
     torch_history.record_legacy(False)
     assert not torch_history.enabled()
+    # skip_actions, PyTorch's eighth argument: those kinds of events are left out.
+    torch_history.record("all", "all", "python", 100, True, False, False, ["free_requested", "segment_alloc"])
+    tracepool.free(tracepool.alloc(4096))
+    actions = {e["action"] for e in tracepool.torch._memory_snapshot(None)["device_traces"][0]}
+    assert actions == {"alloc", "free_completed"}, actions
     for bad in ({"enabled": "some"}, {"context": "everything"}, {"stacks": "cpp"}):
         with pytest.raises(RuntimeError, match="_record_memory_history"):
             torch_history.record(**bad)

@@ -16,6 +16,8 @@ allocator through ``torch._C._cuda_record_memory_history``; with tracepool insta
 - ``max_entries``: the events kept, the newest; tracepool keeps them in a ring of at most
   :data:`MAX_ENTRIES` (PyTorch's default, ``sys.maxsize``, means that many).
 - ``clear_history``: forget the events recorded so far.
+- ``skip_actions``: event kinds (``"alloc"``, ``"free_requested"``, ``"segment_alloc"``, ...) left out of
+  the snapshot's device traces (they are recorded, so they still take room in the ring).
 
 :func:`shape` applies ``enabled``, ``context`` and ``stacks`` to a snapshot before PyTorch's callers see
 it. Before any of these calls, tracepool's snapshot is left as it is (device traces from
@@ -42,9 +44,11 @@ _settings: dict[str, Any] | None = None
 
 
 def record(enabled: str | None = "all", context: str | None = "all", stacks: str = "all",
-           max_entries: int = MAX_ENTRIES, clear_history: bool = False, *_rest: Any) -> None:
-    """torch._C._cuda_record_memory_history (compile_context, global_record_annotations and
-    skip_actions, PyTorch's later arguments, have nothing to act on in tracepool and are accepted)."""
+           max_entries: int = MAX_ENTRIES, clear_history: bool = False, compile_context: bool = False,
+           global_record_annotations: bool = False, skip_actions: Any = None, *_rest: Any) -> None:
+    """torch._C._cuda_record_memory_history. ``skip_actions`` (event kinds such as "free_requested")
+    are left out of the snapshot's device traces. compile_context and global_record_annotations have
+    nothing to act on in tracepool and are accepted."""
     global _settings
     if enabled not in _ENABLED:
         raise RuntimeError("_record_memory_history: enabled must be one of None, 'state', 'all', not %r" % (enabled,))
@@ -58,7 +62,8 @@ def record(enabled: str | None = "all", context: str | None = "all", stacks: str
             _tracepool.record_history(0)
         else:
             _tracepool.record_history(max(1, min(int(max_entries), MAX_ENTRIES)), bool(clear_history))
-        _settings = {"enabled": enabled, "context": context, "stacks": stacks}
+        _settings = {"enabled": enabled, "context": context, "stacks": stacks,
+                     "skip": frozenset(str(a) for a in skip_actions or ())}
 
 
 def record_legacy(enabled: bool, record_context: bool = True, trace_alloc_max_entries: int = 1,
@@ -103,6 +108,9 @@ def shape(snapshot: dict[str, Any]) -> dict[str, Any]:
             block["frames"] = frames(block["frames"], context is not None)
     if settings["enabled"] != "all":
         snapshot["device_traces"] = [[] for _ in snapshot["device_traces"]]
+    if settings["skip"]:
+        snapshot["device_traces"] = [[e for e in t if e["action"] not in settings["skip"]]
+                                     for t in snapshot["device_traces"]]
     for trace in snapshot["device_traces"]:
         for entry in trace:
             at_alloc = entry["action"] in _ALLOC_ACTIONS
