@@ -516,11 +516,16 @@ PYBIND11_MODULE(_tracepool, m) {
       "several ranks '-rank<N>' added before the extension of a path that names neither {rank} nor {pid}.");
   m.def(
       "record_history",
-      [](size_t max_entries, bool clear) {
-        call_default([&](tracepool_t* tp) { return tracepool_record_history(tp, max_entries, clear ? 1 : 0); });
+      [](size_t max_entries, int flags) {
+        call_default([&](tracepool_t* tp) { return tracepool_record_history(tp, max_entries, flags); });
       },
-      py::arg("max_entries"), py::arg("clear") = false,
-      "Records the allocation history from now on, the newest max_entries events (0: stops and forgets it).");
+      py::arg("max_entries"), py::arg("flags") = 0,
+      "Records the allocation history from now on, the newest max_entries events (0: stops and forgets it); "
+      "flags as tracepool_record_history's (HISTORY_* here).");
+  m.attr("HISTORY_CLEAR") = TRACEPOOL_HISTORY_CLEAR;
+  m.attr("HISTORY_NO_ALLOC_SITES") = TRACEPOOL_HISTORY_NO_ALLOC_SITES;
+  m.attr("HISTORY_NO_FREE_SITES") = TRACEPOOL_HISTORY_NO_FREE_SITES;
+  m.attr("HISTORY_FREEING_SITES") = TRACEPOOL_HISTORY_FREEING_SITES;
   m.def(
       "torch_snapshot_json",
       [] {

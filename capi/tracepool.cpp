@@ -378,10 +378,21 @@ int tracepool_pool_restore(tracepool_t* tp, const tracepool_pool_checkpoint_t* c
 
 void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* checkpoint) { delete checkpoint; }
 
-int tracepool_record_history(tracepool_t* tp, size_t max_entries, int clear) {
+int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags) {
   return guarded("tracepool_record_history", [&] {
     if (status s = check_handle(tp, "tracepool_record_history"); s != status::ok) return s;
-    return tp->impl->record_history(max_entries, clear != 0);
+    constexpr int known = TRACEPOOL_HISTORY_CLEAR | TRACEPOOL_HISTORY_NO_ALLOC_SITES | TRACEPOOL_HISTORY_NO_FREE_SITES |
+                          TRACEPOOL_HISTORY_FREEING_SITES;
+    constexpr int both = TRACEPOOL_HISTORY_NO_FREE_SITES | TRACEPOOL_HISTORY_FREEING_SITES;
+    if ((flags & ~known) != 0 || (flags & both) == both)
+      return fail(status::invalid_argument, "tracepool_record_history: flags 0x%x: unknown bits, or both free-site "
+                  "choices", static_cast<unsigned>(flags));
+    using frees = core::history::free_sites;
+    const frees free_sites = (flags & TRACEPOOL_HISTORY_NO_FREE_SITES) != 0   ? frees::none
+                             : (flags & TRACEPOOL_HISTORY_FREEING_SITES) != 0 ? frees::freeing
+                                                                              : frees::allocation;
+    return tp->impl->record_history(max_entries, (flags & TRACEPOOL_HISTORY_CLEAR) != 0,
+                                    (flags & TRACEPOOL_HISTORY_NO_ALLOC_SITES) == 0, free_sites);
   });
 }
 

@@ -140,6 +140,9 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
 
 status allocator::free(void* ptr) {
   if (ptr == nullptr) return status::ok;
+  // The call site that frees, where the history keeps it: captured before any lock, as at malloc.
+  const history* h = allocation_history();
+  const uint32_t freed_at = h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
   block* b = live_.take(ptr);
   if (b == nullptr) return reject_free(ptr);
   // Ours alone until the pool has it: no other thread touches these fields. Told before the pool
@@ -147,7 +150,7 @@ status allocator::free(void* ptr) {
   const bool told = observers_.wanted(free_events), counted = observers_.wanted(freed_events);
   block_event e{};
   if (told || counted)
-    e = block_event{b->ptr, b->size, b->requested, b->seg->device, b->seg->owner->stream(), b->site, b->birth};
+    e = block_event{b->ptr, b->size, b->requested, b->seg->device, b->seg->owner->stream(), b->site, b->birth, freed_at};
   if (told) observers_.free(e);
   status s;
   bool taken = false;
@@ -398,7 +401,7 @@ status allocator::retained_pools(int device, std::vector<private_pool_info>* out
   return status::ok;
 }
 
-status allocator::record_history(size_t entries, bool clear) {
+status allocator::record_history(size_t entries, bool clear, bool alloc_sites, history::free_sites frees) {
   if (entries > max_history_entries)
     return fail(status::invalid_argument, "record_history: %zu entries is more than %zu", entries, max_history_entries);
   std::lock_guard<std::mutex> lock(history_mutex_);
@@ -412,6 +415,7 @@ status allocator::record_history(size_t entries, bool clear) {
   if (history_ == nullptr) {
     std::unique_ptr<history> h;
     if (status s = history::create(entries, &h); s != status::ok) return s;
+    h->set_sites(alloc_sites, frees);
     if (status s = observers_.subscribe(h.get()); s != status::ok) return s;
     history_ = std::move(h);
     history_view_.store(history_.get(), std::memory_order_release);
@@ -420,6 +424,7 @@ status allocator::record_history(size_t entries, bool clear) {
   if (clear) history_->clear();
   if (entries != history_->capacity())
     if (status s = history_->resize(entries); s != status::ok) return s;
+  history_->set_sites(alloc_sites, frees);
   history_->set_recording(true);
   return status::ok;
 }

@@ -105,7 +105,9 @@ class allocator final : public fork_participant {
   const history* allocation_history() const { return history_view_.load(std::memory_order_acquire); }
   // Turns the history on with room for `entries` events, keeping the newest it has (PyTorch's
   // _record_memory_history); `clear` forgets them first. entries == 0 turns it off and forgets them.
-  status record_history(size_t entries, bool clear);
+  // `alloc_sites`, `frees`: which events carry a call site from now on (history::set_sites).
+  status record_history(size_t entries, bool clear, bool alloc_sites = true,
+                        history::free_sites frees = history::free_sites::allocation);
   // Every block of a device, for reports.
   status collect_blocks(int device, std::vector<block_record>* out);
 

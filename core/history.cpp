@@ -98,14 +98,39 @@ void history::record(history_entry e) {
   lock_.unlock();
 }
 
-void history::on_alloc(const block_event& e) { record(block_entry(history_action::alloc, e)); }
-void history::on_free(const block_event& e) { record(block_entry(history_action::free, e)); }
-void history::on_segment_alloc(const segment_event& e) { record(segment_entry(history_action::segment_alloc, e)); }
-void history::on_segment_free(const segment_event& e) { record(segment_entry(history_action::segment_free, e)); }
+uint32_t history::free_site(uint32_t allocation_site, uint32_t freeing_site) const {
+  switch (free_sites_.load(std::memory_order_relaxed)) {
+    case free_sites::allocation: return allocation_site;
+    case free_sites::none: return 0;
+    case free_sites::freeing: return freeing_site;
+  }
+  return 0;
+}
+
+void history::on_alloc(const block_event& e) {
+  history_entry h = block_entry(history_action::alloc, e);
+  h.site = alloc_site(h.site);
+  record(h);
+}
+void history::on_free(const block_event& e) {
+  history_entry h = block_entry(history_action::free, e);
+  h.site = free_site(e.site, e.freed_at);
+  record(h);
+}
+void history::on_segment_alloc(const segment_event& e) {
+  history_entry h = segment_entry(history_action::segment_alloc, e);
+  h.site = alloc_site(h.site);
+  record(h);
+}
+void history::on_segment_free(const segment_event& e) {
+  history_entry h = segment_entry(history_action::segment_free, e);
+  h.site = free_site(e.site, e.site);
+  record(h);
+}
 
 void history::on_oom(const oom_event& e) {
-  record(history_entry{0, e.device_free, e.requested, e.requested, reinterpret_cast<uintptr_t>(e.stream), e.site,
-                       static_cast<int16_t>(e.device), history_action::oom});
+  record(history_entry{0, e.device_free, e.requested, e.requested, reinterpret_cast<uintptr_t>(e.stream),
+                       alloc_site(e.site), static_cast<int16_t>(e.device), history_action::oom});
 }
 
 std::vector<history_entry> history::entries(uint64_t* recorded, size_t most) const {

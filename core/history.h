@@ -46,6 +46,20 @@ class history final : public observer {
   std::vector<history_entry> entries(uint64_t* recorded = nullptr, size_t most = SIZE_MAX) const;
   size_t capacity() const;
 
+  // Which events carry a call site, as each is recorded (PyTorch's _record_memory_history `context`):
+  // allocations (alloc, segment_alloc, oom) their own, or none; frees (free, segment_free) the
+  // allocation's (history:N's way), none, or for a block the call site that freed it, which costs a
+  // stack capture at each free (segment_free then keeps the segment's own).
+  enum class free_sites : uint8_t { allocation, none, freeing };
+  void set_sites(bool alloc_sites, free_sites frees) {
+    alloc_sites_.store(alloc_sites, std::memory_order_relaxed);
+    free_sites_.store(frees, std::memory_order_relaxed);
+  }
+  // Whether a free should capture its call site for this history (block_event::freed_at).
+  bool wants_freeing_sites() const {
+    return recording() && free_sites_.load(std::memory_order_relaxed) == free_sites::freeing;
+  }
+
   // Turned on and off at run time (PyTorch's _record_memory_history): while off, events are not
   // recorded. `resize` keeps the newest entries that fit; `clear` forgets them all.
   void set_recording(bool on) { recording_.store(on, std::memory_order_relaxed); }
@@ -60,7 +74,12 @@ class history final : public observer {
   history(size_t capacity, std::unique_ptr<history_entry[]> ring);
   void record(history_entry e);
 
+  uint32_t alloc_site(uint32_t site) const { return alloc_sites_.load(std::memory_order_relaxed) ? site : 0; }
+  uint32_t free_site(uint32_t allocation_site, uint32_t freeing_site) const;
+
   std::atomic<bool> recording_{true};
+  std::atomic<bool> alloc_sites_{true};
+  std::atomic<free_sites> free_sites_{free_sites::allocation};
   size_t capacity_;  // guarded by lock_
   // At creation, for entries(): the ticks, CLOCK_MONOTONIC (the ticks' rate is measured against it,
   // since the wall clock may step) and CLOCK_REALTIME (what times are reported in).

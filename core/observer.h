@@ -48,6 +48,7 @@ struct block_event {
   void* stream;
   uint32_t site;   // call_site_table id, 0 if unknown
   uint32_t birth;  // marks made before the allocation
+  uint32_t freed_at = 0;  // a free: the call site that freed it, where the history asks for it (else 0)
 };
 
 struct segment_event {

@@ -259,11 +259,17 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   // C++ callers of the history (an extension's c10::cuda::CUDACachingAllocator::recordHistory): tracepool's
   // history on with room for max_entries events, or off. Python's _record_memory_history goes through
   // tracepool.torch.memory_history, which also honours context and stacks in the snapshot.
-  void recordHistory(bool enabled, cca::CreateContextFn, size_t max_entries, cca::RecordContext, bool clear,
+  void recordHistory(bool enabled, cca::CreateContextFn, size_t max_entries, cca::RecordContext when, bool clear,
                      const std::vector<std::string>&) override {
     constexpr size_t most = size_t{1} << 22;  // memory_history.MAX_ENTRIES
     const size_t entries = enabled ? std::min(std::max<size_t>(max_entries, 1), most) : 0;
-    check(tracepool_record_history(instance(), entries, clear ? 1 : 0), "recordHistory");
+    // PyTorch's `when`: STATE and NEVER keep no stacks in the trace, ALLOC only at allocations, ALL at frees too.
+    int flags = clear ? TRACEPOOL_HISTORY_CLEAR : 0;
+    if (when == cca::RecordContext::NEVER || when == cca::RecordContext::STATE)
+      flags |= TRACEPOOL_HISTORY_NO_ALLOC_SITES | TRACEPOOL_HISTORY_NO_FREE_SITES;
+    else
+      flags |= when == cca::RecordContext::ALL ? TRACEPOOL_HISTORY_FREEING_SITES : TRACEPOOL_HISTORY_NO_FREE_SITES;
+    check(tracepool_record_history(instance(), entries, flags), "recordHistory");
     history_.store(enabled, std::memory_order_relaxed);
   }
   bool isHistoryEnabled() override { return history_.load(std::memory_order_relaxed); }

@@ -295,6 +295,44 @@ def test_record_memory_history_drives_tracepools_history_and_honours_its_argumen
     assert all(t == [] for t in snapshot(None)["device_traces"]), "None stops recording and forgets"
 
 
+def test_each_event_keeps_the_context_it_was_recorded_under(torch_history):
+    """PyTorch's test_memory_plots_free_stack and _history_context: context="all" gives a free the stack
+    that freed it; "alloc" only allocations; a call with context=None in between leaves the events
+    recorded meanwhile without stacks, whatever later calls ask."""
+    snapshot = tracepool.torch._memory_snapshot
+
+    def the_alloc():
+        return tracepool.alloc(4096)
+
+    def the_free(block):
+        tracepool.free(block)
+
+    for context in ("all", "alloc", "state"):
+        torch_history.record("all", context=context, stacks="python", clear_history=True)
+        the_free(the_alloc())
+        text = json.dumps(snapshot(None))
+        assert ("the_free" in text) == (context == "all"), context
+        assert ("the_alloc" in text) == (context != "state"), context
+
+    def should_capture1():
+        return tracepool.alloc(4096)
+
+    def should_not_capture():
+        return tracepool.alloc(4096)
+
+    torch_history.record("all", context="all", stacks="python", clear_history=True)
+    first = should_capture1()
+    torch_history.record("all", context=None)
+    second = should_not_capture()
+    torch_history.record("all", context="all", stacks="python")
+    tracepool.free(first)
+    tracepool.free(second)
+    text = json.dumps(snapshot(None))
+    assert "should_capture1" in text
+    assert "should_not_capture" not in text, "recorded under context=None"
+    assert "test_each_event_keeps_the_context" in text, "the frees, recorded under context='all', name this test"
+
+
 def test_the_legacy_form_and_bad_arguments(torch_history):
     torch_history.record_legacy(True, record_context=True, trace_alloc_max_entries=10,
                                 trace_alloc_record_context=True, record_context_cpp=False)

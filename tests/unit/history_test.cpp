@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "device_cache.h"
@@ -83,6 +85,52 @@ TEST(History, ResizingKeepsTheNewestAndOffForgetsEverything) {
   e = a->allocation_history()->entries();
   EXPECT_EQ(actions(e), std::vector<history_action>{history_action::free}) << "clear forgets what came before";
   EXPECT_EQ(a->record_history(max_history_entries + 1, false), status::invalid_argument);
+}
+
+namespace {
+__attribute__((noinline)) void* allocate_here(allocator& a) {
+  void* p = nullptr;
+  EXPECT_EQ(a.malloc(4096, 0, nullptr, &p), status::ok);
+  return p;
+}
+__attribute__((noinline)) void free_here(allocator& a, void* p) { EXPECT_EQ(a.free(p), status::ok); }
+
+// The sites of one alloc and its free, recorded under the history's current choice.
+std::pair<uint32_t, uint32_t> sites_of_a_pair(allocator& a) {
+  free_here(a, allocate_here(a));
+  const std::vector<history_entry> e = a.allocation_history()->entries();
+  EXPECT_GE(e.size(), 2u);
+  return {e[e.size() - 2].site, e.back().site};
+}
+}  // namespace
+
+// Which events carry a call site is chosen as they are recorded (PyTorch's `context`).
+TEST(History, EachEventCarriesTheSiteItsRecordingAskedFor) {
+  auto a = host_allocator("capture:native");
+  using frees = history::free_sites;
+  ASSERT_EQ(a->record_history(16, false), status::ok);
+  auto [alloc_site, free_site] = sites_of_a_pair(*a);
+  EXPECT_NE(alloc_site, 0u);
+  EXPECT_EQ(free_site, alloc_site) << "by default a free carries its allocation's site";
+  ASSERT_EQ(a->record_history(16, false, true, frees::freeing), status::ok);
+  std::tie(alloc_site, free_site) = sites_of_a_pair(*a);
+  EXPECT_NE(free_site, 0u);
+  EXPECT_NE(free_site, alloc_site) << "the free's own call site";
+  ASSERT_EQ(a->record_history(16, false, true, frees::none), status::ok);
+  std::tie(alloc_site, free_site) = sites_of_a_pair(*a);
+  EXPECT_NE(alloc_site, 0u);
+  EXPECT_EQ(free_site, 0u);
+  ASSERT_EQ(a->record_history(16, false, false, frees::none), status::ok);
+  std::tie(alloc_site, free_site) = sites_of_a_pair(*a);
+  EXPECT_EQ(alloc_site, 0u);
+  EXPECT_EQ(free_site, 0u);
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_record_history(tp, 16, TRACEPOOL_HISTORY_NO_FREE_SITES | TRACEPOOL_HISTORY_FREEING_SITES),
+            TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_record_history(tp, 16, 64), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_record_history(tp, 16, TRACEPOOL_HISTORY_FREEING_SITES | TRACEPOOL_HISTORY_CLEAR), TRACEPOOL_OK);
+  tracepool_destroy(tp);
 }
 
 uint64_t realtime_ns() {

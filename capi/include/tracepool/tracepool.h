@@ -205,10 +205,20 @@ TRACEPOOL_API void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* c
 
 /* The allocation history at run time (what TRACEPOOL_CONF's history:N turns on at creation; PyTorch's
  * torch.cuda.memory._record_memory_history): max_entries > 0 records from now on, keeping the newest
- * max_entries events (and the newest already recorded that fit); `clear` nonzero forgets those first.
- * max_entries 0 stops recording and forgets them all. At most 2^26 entries (48 bytes each, touched only
- * as they fill); more is TRACEPOOL_ERR_INVALID_ARGUMENT. */
-TRACEPOOL_API int tracepool_record_history(tracepool_t* tp, size_t max_entries, int clear);
+ * max_entries events (and the newest already recorded that fit). max_entries 0 stops recording and
+ * forgets them all. At most 2^26 entries (48 bytes each, touched only as they fill); more, or an
+ * unknown flag, is TRACEPOOL_ERR_INVALID_ARGUMENT. `flags`, 0 or a set of:
+ *   TRACEPOOL_HISTORY_CLEAR           forget the events recorded so far;
+ *   TRACEPOOL_HISTORY_NO_ALLOC_SITES  events recorded from now on that allocate carry no call site;
+ *   TRACEPOOL_HISTORY_NO_FREE_SITES   frees recorded from now on carry none (by default a free carries
+ *                                     its allocation's call site);
+ *   TRACEPOOL_HISTORY_FREEING_SITES   a block's free carries the call site that freed it (a stack
+ *                                     capture at each free, as at each allocation). */
+#define TRACEPOOL_HISTORY_CLEAR 1
+#define TRACEPOOL_HISTORY_NO_ALLOC_SITES 2
+#define TRACEPOOL_HISTORY_NO_FREE_SITES 4
+#define TRACEPOOL_HISTORY_FREEING_SITES 8
+TRACEPOOL_API int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags);
 
 /* ---- Statistics ---------------------------------------------------------------------------- */
 TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);

@@ -8,9 +8,10 @@ allocator through ``torch._C._cuda_record_memory_history``; with tracepool insta
 
 - ``enabled``: None stops recording and forgets the history; ``"state"`` keeps only what is allocated
   now (no history of events); ``"all"`` also records every alloc, free, segment and OOM event.
-- ``context``: which entries carry their call stack: None none; ``"state"`` the blocks allocated now;
-  ``"alloc"`` those and the allocation events; ``"all"`` the free events too. tracepool knows every
-  block's call site anyway; this only says which entries of the snapshot show it.
+- ``context``: which entries carry a call stack: None none; ``"state"`` the blocks allocated now;
+  ``"alloc"`` those and the allocation events; ``"all"`` the free events too, each with the stack that
+  freed (a stack capture at each free). Events keep what was asked when they were recorded; the blocks
+  allocated now show their stacks unless the last call said None.
 - ``stacks``: ``"python"`` keeps the Python frames (files ending in ``.py``: Python, TorchScript,
   inductor), ``"all"`` the native frames too.
 - ``max_entries``: the events kept, the newest; tracepool keeps them in a ring of at most
@@ -36,7 +37,6 @@ MAX_ENTRIES = 1 << 22  # 4,194,304 events (192 MiB of ring, touched only as it f
 _ENABLED = (None, "state", "all")
 _CONTEXTS = (None, "state", "alloc", "all")
 _STACKS = ("python", "all")
-_ALLOC_ACTIONS = {"alloc", "segment_alloc", "segment_map", "oom", "snapshot"}
 
 _lock = threading.Lock()
 # None until PyTorch's history calls are first used; then what the last one asked for.
@@ -57,11 +57,16 @@ def record(enabled: str | None = "all", context: str | None = "all", stacks: str
                            % (context,))
     if stacks not in _STACKS:
         raise RuntimeError("_record_memory_history: stacks must be 'python' or 'all', not %r" % (stacks,))
+    flags = _tracepool.HISTORY_CLEAR if clear_history else 0
+    if context in (None, "state"):
+        flags |= _tracepool.HISTORY_NO_ALLOC_SITES | _tracepool.HISTORY_NO_FREE_SITES
+    else:
+        flags |= _tracepool.HISTORY_FREEING_SITES if context == "all" else _tracepool.HISTORY_NO_FREE_SITES
     with _lock:
         if enabled != "all":  # None and "state" keep no history of events
             _tracepool.record_history(0)
         else:
-            _tracepool.record_history(max(1, min(int(max_entries), MAX_ENTRIES)), bool(clear_history))
+            _tracepool.record_history(max(1, min(int(max_entries), MAX_ENTRIES)), flags)
         _settings = {"enabled": enabled, "context": context, "stacks": stacks,
                      "skip": frozenset(str(a) for a in skip_actions or ())}
 
@@ -89,8 +94,9 @@ def _python_frames(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def shape(snapshot: dict[str, Any]) -> dict[str, Any]:
     """The snapshot as PyTorch's allocator would give it under the last _record_memory_history call:
-    frames where ``context`` asks for them, only Python frames for ``stacks="python"``, and no device
-    traces unless ``enabled="all"``. Unchanged before the first call."""
+    the blocks' frames unless ``context`` is None (the events' were chosen as they were recorded), only
+    Python frames for ``stacks="python"``, no device traces unless ``enabled="all"``, and none of the
+    ``skip_actions``. Unchanged before the first call."""
     with _lock:
         settings = None if _settings is None else dict(_settings)
     if settings is None:
@@ -113,6 +119,5 @@ def shape(snapshot: dict[str, Any]) -> dict[str, Any]:
                                      for t in snapshot["device_traces"]]
     for trace in snapshot["device_traces"]:
         for entry in trace:
-            at_alloc = entry["action"] in _ALLOC_ACTIONS
-            entry["frames"] = frames(entry["frames"], context == "all" or (context == "alloc" and at_alloc))
+            entry["frames"] = frames(entry["frames"], True)
     return snapshot
