@@ -342,24 +342,16 @@ status allocator::set_pool_source(int device, uint64_t pool, std::shared_ptr<con
 status allocator::checkpoint_pool(int device, uint64_t pool, pool_checkpoint* out) {
   if (out == nullptr) return fail(status::invalid_argument, "checkpoint_pool: out is NULL");
   if (status s = check_pool(device, pool); s != status::ok) return s;
-  device_cache& dev = *devices_[static_cast<size_t>(device)];
-  if (!dev.pool_exists(pool))
-    return fail(status::invalid_argument, "checkpoint_pool: device %d has no private pool %llu (released, or never "
-                "retained)", device, static_cast<unsigned long long>(pool));
   out->device = device;
   out->pool = pool;
   out->blocks.clear();
-  dev.checkpoint(pool, &out->blocks);
-  return status::ok;
+  return devices_[static_cast<size_t>(device)]->checkpoint(pool, &out->blocks);
 }
 
 status allocator::restore_pool(const pool_checkpoint& cp, std::vector<void*>* freed, std::vector<void*>* made) {
   if (freed == nullptr || made == nullptr) return fail(status::invalid_argument, "restore_pool: an out-list is NULL");
   if (status s = check_pool(cp.device, cp.pool); s != status::ok) return s;
   device_cache& dev = *devices_[static_cast<size_t>(cp.device)];
-  if (!dev.pool_exists(cp.pool))
-    return fail(status::invalid_argument, "restore_pool: device %d has no private pool %llu (released, or never "
-                "retained)", cp.device, static_cast<unsigned long long>(cp.pool));
   // Waiting for record_stream events would break a capture running anywhere (Note [Capture]).
   const bool can_wait = !gate_.closed();
   if (status s = dev.check_restorable(cp, can_wait); s != status::ok) return s;

@@ -64,9 +64,11 @@ class device_cache {
   status empty_pool(uint64_t pool);
   // The addresses of `pool`'s allocated blocks.
   void pool_blocks(uint64_t pool, std::vector<void*>* out);
-  // Note [Pool checkpoints] in private_pool.h. The allocated blocks of `pool`, in address order.
-  void checkpoint(uint64_t pool, std::vector<pool_checkpoint::held>* out);
-  // Whether every block of `cp` can be restored (stream_pool::restorable); names the first that cannot.
+  // Note [Pool checkpoints] in private_pool.h. The allocated blocks of `pool`, in address order;
+  // invalid_argument if `pool` is not retained.
+  status checkpoint(uint64_t pool, std::vector<pool_checkpoint::held>* out);
+  // Whether `cp`'s pool is retained and every block of `cp` can be restored (stream_pool::restorable);
+  // names the first that cannot.
   status check_restorable(const pool_checkpoint& cp, bool can_wait);
   // Finishes the pending frees of `pool`'s stream pools, waiting for their events if `wait`.
   void finish_pending(uint64_t pool, bool wait);
@@ -131,6 +133,8 @@ class device_cache {
   status out_of_memory(size_t size, size_t rounded);
   std::vector<stream_pool*> pools_snapshot();
   stream_pool* existing_pool(backend::stream_handle stream, uint64_t pool);
+  stream_pool* find_pool(backend::stream_handle stream, uint64_t pool);  // pre: mutex_ held
+  status no_pool(const char* what, uint64_t pool) const;  // the error for a pool that is not retained
   status release_free_segments(stream_pool* pool, bool wait);
   bool retired(const stream_pool* pool);
   status check(stream_pool* pool, const char* after);

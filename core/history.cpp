@@ -27,15 +27,16 @@ uint64_t ticks() {
 #endif
 }
 
-history_entry block_entry(history_action action, const block_event& e) {
+// An event's entry, with the call site the history keeps for it (history::set_sites).
+history_entry block_entry(history_action action, const block_event& e, uint32_t site) {
   return history_entry{
-      0,      reinterpret_cast<uintptr_t>(e.ptr), e.size, e.requested, reinterpret_cast<uintptr_t>(e.stream),
-      e.site, static_cast<int16_t>(e.device),     action};
+      0,    reinterpret_cast<uintptr_t>(e.ptr), e.size, e.requested, reinterpret_cast<uintptr_t>(e.stream),
+      site, static_cast<int16_t>(e.device),     action};
 }
 
-history_entry segment_entry(history_action action, const segment_event& e) {
-  return history_entry{0,      reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream),
-                       e.site, static_cast<int16_t>(e.device),     action};
+history_entry segment_entry(history_action action, const segment_event& e, uint32_t site) {
+  return history_entry{0,    reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream),
+                       site, static_cast<int16_t>(e.device),     action};
 }
 
 }  // namespace
@@ -107,25 +108,15 @@ uint32_t history::free_site(uint32_t allocation_site, uint32_t freeing_site) con
   return 0;
 }
 
-void history::on_alloc(const block_event& e) {
-  history_entry h = block_entry(history_action::alloc, e);
-  h.site = alloc_site(h.site);
-  record(h);
-}
+void history::on_alloc(const block_event& e) { record(block_entry(history_action::alloc, e, alloc_site(e.site))); }
 void history::on_free(const block_event& e) {
-  history_entry h = block_entry(history_action::free, e);
-  h.site = free_site(e.site, e.freed_at);
-  record(h);
+  record(block_entry(history_action::free, e, free_site(e.site, e.freed_at)));
 }
 void history::on_segment_alloc(const segment_event& e) {
-  history_entry h = segment_entry(history_action::segment_alloc, e);
-  h.site = alloc_site(h.site);
-  record(h);
+  record(segment_entry(history_action::segment_alloc, e, alloc_site(e.site)));
 }
 void history::on_segment_free(const segment_event& e) {
-  history_entry h = segment_entry(history_action::segment_free, e);
-  h.site = free_site(e.site, e.site);
-  record(h);
+  record(segment_entry(history_action::segment_free, e, free_site(e.site, e.site)));
 }
 
 void history::on_oom(const oom_event& e) {

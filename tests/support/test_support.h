@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "allocator.h"
 #include "base/config.h"
@@ -35,6 +38,14 @@ inline core::device_stats stats_of(core::allocator& a, int device = 0) {
 
 inline int64_t current(const core::device_stats& s, core::stat_kind k) {
   return s.table.at(k, core::all_pools).current;
+}
+
+// The addresses of a private pool's allocated blocks on device 0, in address order.
+inline std::vector<void*> pool_blocks(core::allocator& a, uint64_t pool) {
+  std::vector<void*> out;
+  EXPECT_EQ(a.pool_blocks(0, pool, &out), status::ok);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace tracepool::testing

@@ -14,6 +14,7 @@
 namespace tracepool::core {
 using tracepool::testing::current;
 using tracepool::testing::host_allocator;
+using tracepool::testing::pool_blocks;
 using tracepool::testing::stats_of;
 
 namespace {
@@ -21,13 +22,6 @@ namespace {
 constexpr uint64_t tree_pool = 11;
 void* const graph_stream = reinterpret_cast<void*>(0x1000);
 void* const side_stream = reinterpret_cast<void*>(0x2000);
-
-std::vector<void*> pool_blocks(allocator& a, uint64_t pool = tree_pool) {
-  std::vector<void*> out;
-  EXPECT_EQ(a.pool_blocks(0, pool, &out), status::ok);
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // What the allocator says of each allocated block of the pool: its size and call site, by address.
 struct held {
@@ -99,7 +93,7 @@ TEST(PoolCheckpoints, RestoringMakesThePoolHoldExactlyTheCheckpointsBlocks) {
     b_out = alloc(*a, 700 << 10);
   }
   ASSERT_EQ(a->free(a_out), status::ok) << "A's first output died before the second path";
-  EXPECT_EQ(pool_blocks(*a), (std::vector<void*>{std::min(a_kept, b_out), std::max(a_kept, b_out)}));
+  EXPECT_EQ(pool_blocks(*a, tree_pool), (std::vector<void*>{std::min(a_kept, b_out), std::max(a_kept, b_out)}));
 
   std::vector<void*> freed, made;
   ASSERT_EQ(a->restore_pool(after_a, &freed, &made), status::ok) << last_error();
@@ -190,7 +184,7 @@ TEST(PoolCheckpoints, ARestoreThatCannotBeDoneChangesNothing) {
   EXPECT_EQ(a->restore_pool(cp, &freed, &made), status::invalid_argument);
   EXPECT_NE(std::string(last_error()).find("nothing was changed"), std::string::npos) << last_error();
   EXPECT_TRUE(freed.empty() && made.empty());
-  EXPECT_TRUE(pool_blocks(*a).empty());
+  EXPECT_TRUE(pool_blocks(*a, tree_pool).empty());
   EXPECT_EQ(a->free(other), status::ok);
   ASSERT_EQ(a->device_backend().end_capture(0, side_stream), status::ok);
   ASSERT_EQ(a->end_pool(0, other_pool), status::ok);
@@ -198,7 +192,7 @@ TEST(PoolCheckpoints, ARestoreThatCannotBeDoneChangesNothing) {
 
   ASSERT_EQ(a->restore_pool(cp, &freed, &made), status::ok) << last_error();
   EXPECT_EQ(made, std::vector<void*>{out});
-  EXPECT_EQ(pool_blocks(*a), std::vector<void*>{out});
+  EXPECT_EQ(pool_blocks(*a, tree_pool), std::vector<void*>{out});
   ASSERT_EQ(a->free(out), status::ok);
   EXPECT_EQ(a->validate(), status::ok) << last_error();
   EXPECT_EQ(a->release_pool(0, tree_pool), status::ok);

@@ -20,6 +20,7 @@
 namespace tracepool::core {
 using tracepool::testing::current;
 using tracepool::testing::host_allocator;
+using tracepool::testing::pool_blocks;
 using tracepool::testing::stats_of;
 
 namespace {
@@ -32,13 +33,6 @@ backend::host_ledger ledger_of(allocator& a) {
   backend::host_ledger l;
   EXPECT_TRUE(backend::read_host_ledger(a.device_backend(), &l));
   return l;
-}
-
-std::vector<void*> pool_blocks(allocator& a, uint64_t pool) {
-  std::vector<void*> out;
-  EXPECT_EQ(a.pool_blocks(0, pool, &out), status::ok);
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // A capture as PyTorch makes one: the route opens, then the stream captures; the capture ends, then

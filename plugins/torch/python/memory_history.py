@@ -101,23 +101,16 @@ def shape(snapshot: dict[str, Any]) -> dict[str, Any]:
         settings = None if _settings is None else dict(_settings)
     if settings is None:
         return snapshot
-    context, python_only = settings["context"], settings["stacks"] == "python"
+    keep_blocks = settings["context"] is not None
 
-    def frames(f: list[dict[str, Any]], wanted: bool) -> list[dict[str, Any]]:
-        if not wanted:
-            return []
-        return _python_frames(f) if python_only else f
+    def frames(f: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return _python_frames(f) if settings["stacks"] == "python" else f
 
     for segment in snapshot["segments"]:
-        segment["frames"] = frames(segment["frames"], context is not None)
+        segment["frames"] = frames(segment["frames"]) if keep_blocks else []
         for block in segment["blocks"]:
-            block["frames"] = frames(block["frames"], context is not None)
-    if settings["enabled"] != "all":
-        snapshot["device_traces"] = [[] for _ in snapshot["device_traces"]]
-    if settings["skip"]:
-        snapshot["device_traces"] = [[e for e in t if e["action"] not in settings["skip"]]
-                                     for t in snapshot["device_traces"]]
-    for trace in snapshot["device_traces"]:
-        for entry in trace:
-            entry["frames"] = frames(entry["frames"], True)
+            block["frames"] = frames(block["frames"]) if keep_blocks else []
+    traces = snapshot["device_traces"] if settings["enabled"] == "all" else [[] for _ in snapshot["device_traces"]]
+    snapshot["device_traces"] = [[dict(e, frames=frames(e["frames"])) for e in t if e["action"] not in settings["skip"]]
+                                 for t in traces]
     return snapshot
