@@ -527,6 +527,32 @@ PYBIND11_MODULE(_tracepool, m) {
   m.attr("HISTORY_NO_FREE_SITES") = TRACEPOOL_HISTORY_NO_FREE_SITES;
   m.attr("HISTORY_FREEING_SITES") = TRACEPOOL_HISTORY_FREEING_SITES;
   m.def(
+      "history_set_metadata",
+      [](int device, const std::string& metadata) {
+        call_default([&](tracepool_t* tp) { return tracepool_history_set_metadata(tp, device, metadata.c_str()); });
+      },
+      py::arg("device"), py::arg("metadata"),
+      "The user metadata every history event on `device` carries from now on (\"\" none): PyTorch's _set_memory_metadata.");
+  m.def(
+      "history_metadata",
+      [](int device) {
+        char* text = nullptr;
+        call_default([&](tracepool_t* tp) { return tracepool_history_metadata(tp, device, &text); });
+        return take_string(text);
+      },
+      py::arg("device"), "The user metadata history events on `device` carry now.");
+  m.def(
+      "history_push_context",
+      [](int device, const std::string& context) {
+        call_default([&](tracepool_t* tp) { return tracepool_history_push_context(tp, device, context.c_str()); });
+      },
+      py::arg("device"), py::arg("context"),
+      "History events on `device` carry this compile context until it is popped (PyTorch's compiled regions).");
+  m.def(
+      "history_pop_context",
+      [](int device) { call_default([&](tracepool_t* tp) { return tracepool_history_pop_context(tp, device); }); },
+      py::arg("device"), "Ends the innermost compile context of `device`.");
+  m.def(
       "torch_snapshot_json",
       [] {
         char* text = nullptr;

@@ -396,6 +396,40 @@ int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags) {
   });
 }
 
+int tracepool_history_set_metadata(tracepool_t* tp, int device, const char* metadata) {
+  return guarded("tracepool_history_set_metadata", [&] {
+    if (status s = check_handle(tp, "tracepool_history_set_metadata"); s != status::ok) return s;
+    if (metadata == nullptr) return fail(status::invalid_argument, "tracepool_history_set_metadata: metadata is NULL");
+    return tp->impl->labels().set_metadata(device, metadata);
+  });
+}
+
+int tracepool_history_metadata(tracepool_t* tp, int device, char** out) {
+  return guarded("tracepool_history_metadata", [&] {
+    if (status s = check_handle(tp, "tracepool_history_metadata"); s != status::ok) return s;
+    if (out == nullptr) return fail(status::invalid_argument, "tracepool_history_metadata: out is NULL");
+    *out = nullptr;
+    std::string text;
+    if (status s = tp->impl->labels().metadata(device, &text); s != status::ok) return s;
+    return tracepool::capi::copy_out(text, out);
+  });
+}
+
+int tracepool_history_push_context(tracepool_t* tp, int device, const char* context) {
+  return guarded("tracepool_history_push_context", [&] {
+    if (status s = check_handle(tp, "tracepool_history_push_context"); s != status::ok) return s;
+    if (context == nullptr) return fail(status::invalid_argument, "tracepool_history_push_context: context is NULL");
+    return tp->impl->labels().push_context(device, context);
+  });
+}
+
+int tracepool_history_pop_context(tracepool_t* tp, int device) {
+  return guarded("tracepool_history_pop_context", [&] {
+    if (status s = check_handle(tp, "tracepool_history_pop_context"); s != status::ok) return s;
+    return tp->impl->labels().pop_context(device);
+  });
+}
+
 int tracepool_pool_label(tracepool_t* tp, int device, uint64_t pool, const char* label) {
   return guarded("tracepool_pool_label", [&] {
     if (status s = check_handle(tp, "tracepool_pool_label"); s != status::ok) return s;

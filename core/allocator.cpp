@@ -52,9 +52,16 @@ status allocator::create(const config& cfg, std::unique_ptr<allocator>* out) {
 
 allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr,
                      std::unique_ptr<history> h)
-    : instance_(next_instance.fetch_add(1)), backend_(std::move(be)), tracer_(std::move(tr)), history_(std::move(h)) {
+    : instance_(next_instance.fetch_add(1)),
+      backend_(std::move(be)),
+      tracer_(std::move(tr)),
+      labels_(backend_->device_count()),
+      history_(std::move(h)) {
   (void)observers_.subscribe(tracer_.get());  // the list is empty: these cannot fail
-  if (history_ != nullptr) (void)observers_.subscribe(history_.get());
+  if (history_ != nullptr) {
+    history_->label_with(&labels_);
+    (void)observers_.subscribe(history_.get());
+  }
   history_view_.store(history_.get(), std::memory_order_release);
   const bool growable = cfg.segments == segment_choice::growable ||
                         (cfg.segments == segment_choice::automatic && std::strcmp(backend_->name(), "cuda") == 0);
@@ -155,7 +162,7 @@ status allocator::free(void* ptr) {
   status s;
   bool taken = false;
   try {
-    s = devices_[static_cast<size_t>(b->seg->device)]->free(b, &taken);
+    s = devices_[static_cast<size_t>(b->seg->device)]->free(b, &taken, freed_at);
   } catch (const std::bad_alloc&) {
     s = fail(status::internal, "free(%p): host memory exhausted", ptr);
   }
@@ -216,9 +223,12 @@ status allocator::for_devices(int device, Fn&& fn) {
 }
 
 status allocator::empty_cache(int device) {
+  // The call that released the segments, where the history keeps it (segment_event::freed_at).
+  const history* h = allocation_history();
+  const uint32_t released_by = h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
   status first = status::ok;
   const status s = for_devices(device, [&](device_cache& d) {
-    if (status e = d.empty_cache(/*wait=*/false); e != status::ok && first == status::ok) first = e;
+    if (status e = d.empty_cache(/*wait=*/false, released_by); e != status::ok && first == status::ok) first = e;
   });
   return s != status::ok ? s : first;
 }
@@ -407,6 +417,7 @@ status allocator::record_history(size_t entries, bool clear, bool alloc_sites, h
   if (history_ == nullptr) {
     std::unique_ptr<history> h;
     if (status s = history::create(entries, &h); s != status::ok) return s;
+    h->label_with(&labels_);
     h->set_sites(alloc_sites, frees);
     if (status s = observers_.subscribe(h.get()); s != status::ok) return s;
     history_ = std::move(h);

@@ -108,6 +108,9 @@ class allocator final : public fork_participant {
   // `alloc_sites`, `frees`: which events carry a call site from now on (history::set_sites).
   status record_history(size_t entries, bool clear, bool alloc_sites = true,
                         history::free_sites frees = history::free_sites::allocation);
+  // What the history's events are labelled with (PyTorch's user metadata and compile contexts), kept
+  // whether or not the history is on.
+  history_labels& labels() { return labels_; }
   // Every block of a device, for reports.
   status collect_blocks(int device, std::vector<block_record>* out);
 
@@ -141,6 +144,7 @@ class allocator final : public fork_participant {
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;
   std::unique_ptr<tracer> tracer_;    // subscribed first: call-site counters and marks
+  history_labels labels_;             // before history_, which reads it
   std::unique_ptr<history> history_;  // subscribed next when history:N is on, or at the first record_history
   std::atomic<const history*> history_view_{nullptr};  // history_, for readers on other threads
   std::mutex history_mutex_;           // guards history_'s creation; taken alone

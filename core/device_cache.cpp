@@ -83,7 +83,7 @@ status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block
       std::lock_guard<std::mutex> lock(mutex_);
       ++counters_.num_alloc_retries;
     }
-    (void)empty_cache(/*wait=*/true);  // best effort: what it could not give back stays cached
+    (void)empty_cache(/*wait=*/true, tag.site);  // best effort: what it could not give back stays cached
     s = try_allocate(pool, rounded, size, tag, out);
     if (s != status::out_of_memory) return s;
   }
@@ -202,7 +202,7 @@ status device_cache::grow(stream_pool* pool, size_t rounded, pool_kind kind, uin
 // the memory, a concurrent grow may get the same address from it, and the map still holding the old
 // entry would drop the new one, which the old one's erase then removed. Bytes being released still
 // count against the limit (releasing_) until the backend has them.
-status device_cache::release(const std::vector<segment*>& segments) {
+status device_cache::release(const std::vector<segment*>& segments, uint32_t released_by) {
   status result = status::ok;
   for (segment* seg : segments) {
     decltype(segments_)::node_type entry;  // kept, so that putting it back allocates nothing
@@ -214,7 +214,7 @@ status device_cache::release(const std::vector<segment*>& segments) {
       releasing_ += seg->size;
     }
     // Told before the backend has it (Note [Observers]): once it does, a grow may get the same address.
-    const segment_event told{seg->ptr, seg->size, device_, seg->owner->stream(), seg->site};
+    const segment_event told{seg->ptr, seg->size, device_, seg->owner->stream(), seg->site, released_by};
     observers_.segment_free(told);
     const status s = give_back(seg, seg->ptr, seg->size, seg->owner->stream());
     if (s == status::ok) {
@@ -261,30 +261,30 @@ bool device_cache::admit(size_t bytes, const char* what) {
   return true;
 }
 
-status device_cache::release_free_segments(stream_pool* pool, bool wait) {
+status device_cache::release_free_segments(stream_pool* pool, bool wait, uint32_t released_by) {
   status result = status::ok;
   std::vector<segment*> freed;
   {
     std::lock_guard<std::mutex> lock(pool->mutex());
     pool->process_pending(wait, /*stream_alive=*/false);
-    if (growable_) result = unmap_free_pieces(pool);  // first: it may throw, and then nothing is disowned
+    if (growable_) result = unmap_free_pieces(pool, released_by);  // first: it may throw, and then nothing is disowned
     pool->disown_free_segments(&freed);
     if (validate_)
       if (status s = check(pool, "emptying the cache"); s != status::ok) result = s;
   }
-  if (status s = release(freed); s != status::ok && result == status::ok) result = s;
+  if (status s = release(freed, released_by); s != status::ok && result == status::ok) result = s;
   return result;
 }
 
 // The default pools and retired private pools; a private pool still retained keeps its memory (a
 // graph replays into it). During a capture, nothing (Note [Capture]).
-status device_cache::empty_cache(bool wait) {
+status device_cache::empty_cache(bool wait, uint32_t released_by) {
   const capture_gate::pass open(gate_);
   if (!open) return status::ok;
   status result = status::ok;
   for (stream_pool* pool : pools_snapshot()) {
     if (pool->pool() != 0 && !retired(pool)) continue;
-    if (status s = release_free_segments(pool, wait); s != status::ok && result == status::ok) result = s;
+    if (status s = release_free_segments(pool, wait, released_by); s != status::ok && result == status::ok) result = s;
   }
   if (result != status::ok) {
     const std::string reason = last_error();
@@ -318,7 +318,7 @@ status device_cache::out_of_memory(size_t size, size_t rounded) {
               human(reserved - allocated).c_str(), reason.c_str());
 }
 
-status device_cache::free(block* b, bool* taken) {
+status device_cache::free(block* b, bool* taken, uint32_t freed_at) {
   stream_pool* pool = b->seg->owner;  // stable: only whole free segments change owner
   status s;
   {
@@ -330,7 +330,7 @@ status device_cache::free(block* b, bool* taken) {
   // A retired private pool's memory goes back as its last blocks are freed (Note [Private pools]).
   // A segment the backend refuses stays cached, for empty_cache to try again: the free itself is done.
   if (*taken && pool->pool() != 0 && retired(pool))
-    if (const capture_gate::pass open(gate_); open) (void)release_free_segments(pool, /*wait=*/false);
+    if (const capture_gate::pass open(gate_); open) (void)release_free_segments(pool, /*wait=*/false, freed_at);
   return s;
 }
 

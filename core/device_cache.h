@@ -93,11 +93,13 @@ class device_cache {
   // pre: 0 < size <= max_request.
   status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
   // *taken: the pool has the block (it is no longer the caller's), whatever the status says.
-  status free(block* b, bool* taken);
+  // `freed_at`: the call site that freed it, if the history wants it (segment_event::freed_at).
+  status free(block* b, bool* taken, uint32_t freed_at = 0);
   void record_stream(block* b, backend::stream_handle used_on);
   // Gives fully free segments back to the device. With `wait`, first waits for pending frees. A
   // segment the backend refuses to take stays cached (the first such failure is returned).
-  status empty_cache(bool wait);
+  // `released_by`: the call site that asked, if the history wants it (segment_event::freed_at).
+  status empty_cache(bool wait, uint32_t released_by = 0);
 
   device_stats stats();
   // Every block of every pool (pools locked one at a time).
@@ -120,13 +122,13 @@ class device_cache {
   status try_allocate(stream_pool* pool, size_t rounded, size_t size, block_tag tag, block** out);
   segment* take_from_other_streams(stream_pool* pool, size_t rounded, pool_kind kind);
   status grow(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, segment** out);
-  status release(const std::vector<segment*>& segments);
+  status release(const std::vector<segment*>& segments, uint32_t released_by);
   // Growable segments (growable_segments.cpp). All under the pool's lock.
   status grow_in_place(stream_pool* pool, size_t rounded, pool_kind kind, uint32_t site, block** out);
   status new_growable(stream_pool* pool, pool_kind kind, uint32_t site, segment** out);
   status map_pieces(stream_pool* pool, block* u, size_t bytes, size_t least, uint32_t site);
-  status unmap_free_pieces(stream_pool* pool);
-  status unmap_stretch(stream_pool* pool, const stream_pool::free_pieces& p);
+  status unmap_free_pieces(stream_pool* pool, uint32_t released_by);
+  status unmap_stretch(stream_pool* pool, const stream_pool::free_pieces& p, uint32_t released_by);
   status drop_growable(stream_pool* pool, segment* s);
   bool admit(size_t bytes, const char* what);
   void unmap_all(segment* s);
@@ -135,7 +137,7 @@ class device_cache {
   stream_pool* existing_pool(backend::stream_handle stream, uint64_t pool);
   stream_pool* find_pool(backend::stream_handle stream, uint64_t pool);  // pre: mutex_ held
   status no_pool(const char* what, uint64_t pool) const;  // the error for a pool that is not retained
-  status release_free_segments(stream_pool* pool, bool wait);
+  status release_free_segments(stream_pool* pool, bool wait, uint32_t released_by = 0);
   bool retired(const stream_pool* pool);
   status check(stream_pool* pool, const char* after);
 

@@ -125,7 +125,7 @@ status device_cache::map_pieces(stream_pool* pool, block* u, size_t bytes, size_
 
 // Every whole piece inside a free block of the pool's growable segments goes back to the device.
 // The caller holds the pool's lock and a pass of the capture gate.
-status device_cache::unmap_free_pieces(stream_pool* pool) {
+status device_cache::unmap_free_pieces(stream_pool* pool, uint32_t released_by) {
   status result = status::ok;
   bool waited = false;
   for (pool_kind kind : {pool_kind::small, pool_kind::large}) {
@@ -145,18 +145,18 @@ status device_cache::unmap_free_pieces(stream_pool* pool) {
       waited = true;
     }
     for (const auto& p : stretches)
-      if (status st = unmap_stretch(pool, p); st != status::ok && result == status::ok) result = st;
+      if (status st = unmap_stretch(pool, p, released_by); st != status::ok && result == status::ok) result = st;
     if (s->mapped == 0)
       if (status st = drop_growable(pool, s); st != status::ok && result == status::ok) result = st;
   }
   return result;
 }
 
-status device_cache::unmap_stretch(stream_pool* pool, const stream_pool::free_pieces& p) {
+status device_cache::unmap_stretch(stream_pool* pool, const stream_pool::free_pieces& p, uint32_t released_by) {
   const segment* s = p.b->seg;
   pool->keep_spares(2);  // may throw: before anything is unmapped
   // Told before the backend has it (Note [Observers]); what it refuses is told again as ours.
-  observers_.segment_free(segment_event{p.begin, p.bytes, device_, pool->stream(), p.b->site});
+  observers_.segment_free(segment_event{p.begin, p.bytes, device_, pool->stream(), p.b->site, released_by});
   const size_t start = static_cast<size_t>(p.begin - s->ptr);
   size_t done = 0, unmaps = 0;
   status st = status::ok;

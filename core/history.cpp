@@ -27,17 +27,25 @@ uint64_t ticks() {
 #endif
 }
 
-// An event's entry, with the call site the history keeps for it (history::set_sites).
+// An event's entry, with the call site the history keeps for it (history::set_sites); record() labels it.
 history_entry block_entry(history_action action, const block_event& e, uint32_t site) {
-  return history_entry{
-      0,    reinterpret_cast<uintptr_t>(e.ptr), e.size, e.requested, reinterpret_cast<uintptr_t>(e.stream),
-      site, static_cast<int16_t>(e.device),     action};
+  return history_entry{0,
+                       reinterpret_cast<uintptr_t>(e.ptr),
+                       e.size,
+                       e.requested,
+                       reinterpret_cast<uintptr_t>(e.stream),
+                       site,
+                       history_labels::none,
+                       static_cast<uint8_t>(e.device),
+                       action};
 }
 
 history_entry segment_entry(history_action action, const segment_event& e, uint32_t site) {
   return history_entry{0,    reinterpret_cast<uintptr_t>(e.ptr), e.size, 0, reinterpret_cast<uintptr_t>(e.stream),
-                       site, static_cast<int16_t>(e.device),     action};
+                       site, history_labels::none, static_cast<uint8_t>(e.device), action};
 }
+
+constexpr int most_devices = UINT8_MAX + 1;  // history_entry::device
 
 }  // namespace
 
@@ -89,8 +97,9 @@ size_t history::capacity() const {
   return c;
 }
 
-void history::record(history_entry e) {
-  if (!recording()) return;
+void history::record(int device, history_entry e) {
+  if (!recording() || device >= most_devices) return;
+  if (const history_labels* l = labels()) e.label = l->current(device);
   lock_.lock();
   e.time_ns = ticks();  // under the lock: times ascend in ring order
   ring_[next_] = e;
@@ -108,20 +117,23 @@ uint32_t history::free_site(uint32_t allocation_site, uint32_t freeing_site) con
   return 0;
 }
 
-void history::on_alloc(const block_event& e) { record(block_entry(history_action::alloc, e, alloc_site(e.site))); }
+void history::on_alloc(const block_event& e) {
+  record(e.device, block_entry(history_action::alloc, e, alloc_site(e.site)));
+}
 void history::on_free(const block_event& e) {
-  record(block_entry(history_action::free, e, free_site(e.site, e.freed_at)));
+  record(e.device, block_entry(history_action::free, e, free_site(e.site, e.freed_at)));
 }
 void history::on_segment_alloc(const segment_event& e) {
-  record(segment_entry(history_action::segment_alloc, e, alloc_site(e.site)));
+  record(e.device, segment_entry(history_action::segment_alloc, e, alloc_site(e.site)));
 }
 void history::on_segment_free(const segment_event& e) {
-  record(segment_entry(history_action::segment_free, e, free_site(e.site, e.site)));
+  record(e.device, segment_entry(history_action::segment_free, e, free_site(e.site, e.freed_at)));
 }
 
 void history::on_oom(const oom_event& e) {
-  record(history_entry{0, e.device_free, e.requested, e.requested, reinterpret_cast<uintptr_t>(e.stream),
-                       alloc_site(e.site), static_cast<int16_t>(e.device), history_action::oom});
+  record(e.device, history_entry{0, e.device_free, e.requested, e.requested, reinterpret_cast<uintptr_t>(e.stream),
+                                 alloc_site(e.site), history_labels::none, static_cast<uint8_t>(e.device),
+                                 history_action::oom});
 }
 
 std::vector<history_entry> history::entries(uint64_t* recorded, size_t most) const {

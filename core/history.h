@@ -11,6 +11,7 @@
 
 #include "base/config.h"
 #include "base/spin_lock.h"
+#include "history_labels.h"
 #include "observer.h"
 
 namespace tracepool::core {
@@ -24,7 +25,8 @@ struct history_entry {
   size_t requested;   // alloc, free: bytes the caller asked for
   uintptr_t stream;
   uint32_t site;
-  int16_t device;
+  history_labels::id label;  // the device's user metadata and compiled region then (history_labels.h)
+  uint8_t device;            // devices past 255 are not recorded (PyTorch's device index is 8 bits too)
   history_action action;
 };
 static_assert(sizeof(history_entry) == 48, "history:N's cost per entry, as the configuration help says");
@@ -45,11 +47,14 @@ class history final : public observer {
   // recorded in all (older ones are gone).
   std::vector<history_entry> entries(uint64_t* recorded = nullptr, size_t most = SIZE_MAX) const;
   size_t capacity() const;
+  // Events are labelled from `labels` (which must outlive the history) from now on; with none, none.
+  void label_with(const history_labels* labels) { labels_.store(labels, std::memory_order_release); }
+  const history_labels* labels() const { return labels_.load(std::memory_order_acquire); }
 
   // Which events carry a call site, as each is recorded (PyTorch's _record_memory_history `context`):
   // allocations (alloc, segment_alloc, oom) their own, or none; frees (free, segment_free) the
-  // allocation's (history:N's way), none, or for a block the call site that freed it, which costs a
-  // stack capture at each free (segment_free then keeps the segment's own).
+  // allocation's (history:N's way), none, or the call site that freed it, which costs a stack capture
+  // at each free (a segment_free: the call that released it, such as empty_cache, where one is known).
   enum class free_sites : uint8_t { allocation, none, freeing };
   void set_sites(bool alloc_sites, free_sites frees) {
     alloc_sites_.store(alloc_sites, std::memory_order_relaxed);
@@ -72,11 +77,12 @@ class history final : public observer {
 
  private:
   history(size_t capacity, std::unique_ptr<history_entry[]> ring);
-  void record(history_entry e);
+  void record(int device, history_entry e);  // labels e for `device`, unless past history_entry::device
 
   uint32_t alloc_site(uint32_t site) const { return alloc_sites_.load(std::memory_order_relaxed) ? site : 0; }
   uint32_t free_site(uint32_t allocation_site, uint32_t freeing_site) const;
 
+  std::atomic<const history_labels*> labels_{nullptr};
   std::atomic<bool> recording_{true};
   std::atomic<bool> alloc_sites_{true};
   std::atomic<free_sites> free_sites_{free_sites::allocation};

@@ -57,6 +57,7 @@ struct segment_event {
   int device;
   void* stream;   // the stream pool it was obtained for, or released from
   uint32_t site;  // the allocation that made the device grow
+  uint32_t freed_at = 0;  // a segment_free: the call that released it (empty_cache, a full device's malloc), if known
 };
 
 struct oom_event {

@@ -273,11 +273,39 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     history_.store(enabled, std::memory_order_relaxed);
   }
   bool isHistoryEnabled() override { return history_.load(std::memory_order_relaxed); }
+  // The labels of the history's events (PyTorch's user_metadata and compile_context), per device as
+  // in PyTorch. Compile contexts come from PyTorch's profiler callbacks, which its
+  // _record_memory_history(compile_context=True) installs; like PyTorch's allocator, they are taken
+  // only while the history is on.
+  void setUserMetadata(const std::string& metadata) override {
+    check(tracepool_history_set_metadata(instance(), c10::cuda::current_device(), metadata.c_str()), "setUserMetadata");
+  }
+  std::string getUserMetadata() override {
+    char* text = nullptr;
+    check(tracepool_history_metadata(instance(), c10::cuda::current_device(), &text), "getUserMetadata");
+    std::string metadata(text);
+    tracepool_string_free(text);
+    return metadata;
+  }
+  void pushCompileContext(std::string& context) override {
+    if (history_.load(std::memory_order_relaxed))
+      check(tracepool_history_push_context(instance(), c10::cuda::current_device(), context.c_str()),
+            "pushCompileContext");
+  }
+  void popCompileContext() override {
+    if (history_.load(std::memory_order_relaxed))
+      check(tracepool_history_pop_context(instance(), c10::cuda::current_device()), "popCompileContext");
+  }
   void enable(bool value) override { caching_.store(value, std::memory_order_relaxed); }
   bool isEnabled() const override { return caching_.load(std::memory_order_relaxed); }
 
+  // PyTorch's CUDA start-up. PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction caps every device
+  // from the start, as PyTorch's allocator does (its parser, which refuses a value outside [0, 1], runs
+  // at the first read).
   void init(int device_count) override {
     devices_ = device_count;
+    if (const double fraction = cca::CUDAAllocatorConfig::per_process_memory_fraction(); fraction < 1.0)
+      for (int d = 0; d < device_count; ++d) setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
     initialized_ = true;
   }
   bool initialized() override { return initialized_; }

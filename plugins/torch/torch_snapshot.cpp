@@ -75,8 +75,15 @@ void write_segments(json_out& j, const held_memory& held, site_describer& descri
   j.close(']');
 }
 
+// PyTorch's labels of an event: the compiled region it ran in ("N/A" outside one) and the user metadata.
+const history_labels::label& no_label() {
+  static const history_labels::label none;
+  return none;
+}
+
 void trace_entry(json_out& j, const char* action, const char* address_key, uintptr_t address, size_t size,
-                 uintptr_t stream, uint64_t time_us, const std::vector<frame_info>& frames) {
+                 uintptr_t stream, uint64_t time_us, const std::vector<frame_info>& frames,
+                 const history_labels::label& label) {
   j.open('{');
   j.key("action"), j.value(std::string(action));
   j.key(address_key), j.value(static_cast<int64_t>(address));
@@ -84,35 +91,39 @@ void trace_entry(json_out& j, const char* action, const char* address_key, uintp
   j.key("stream"), j.value(static_cast<int64_t>(stream));
   j.key("time_us"), j.value(static_cast<int64_t>(time_us));
   write_frames(j, frames, frame_schema::pytorch);
+  j.key("compile_context"), j.value(label.context.empty() ? std::string("N/A") : label.context);
+  j.key("user_metadata"), j.value(label.metadata);
   j.close('}');
 }
 
 // The history's events of every device, as PyTorch records them: a free is both requested and
 // completed (tracepool tells a free once; a block with record_stream streams completes later, which
 // the history does not see).
-void write_history(json_out& j, const std::vector<history_entry>& events, int devices, site_describer& describer) {
+void write_history(json_out& j, const std::vector<history_entry>& events, int devices,
+                   const std::vector<history_labels::label>& labels, site_describer& describer) {
   for (int d = 0; d < devices; ++d) {
     j.open('[');
     for (const history_entry& e : events) {
       if (e.device != d) continue;
       const uint64_t us = e.time_ns / 1000;
       const std::vector<frame_info>& frames = describer.of(e.site).frames;
+      const history_labels::label& l = e.label < labels.size() ? labels[e.label] : history_labels::overflow_label();
       switch (e.action) {
         case history_action::alloc:
-          trace_entry(j, "alloc", "addr", e.address, e.size, e.stream, us, frames);
+          trace_entry(j, "alloc", "addr", e.address, e.size, e.stream, us, frames, l);
           break;
         case history_action::free:
-          trace_entry(j, "free_requested", "addr", e.address, e.size, e.stream, us, frames);
-          trace_entry(j, "free_completed", "addr", e.address, e.size, e.stream, us, frames);
+          trace_entry(j, "free_requested", "addr", e.address, e.size, e.stream, us, frames, l);
+          trace_entry(j, "free_completed", "addr", e.address, e.size, e.stream, us, frames, l);
           break;
         case history_action::segment_alloc:
-          trace_entry(j, "segment_alloc", "addr", e.address, e.size, e.stream, us, frames);
+          trace_entry(j, "segment_alloc", "addr", e.address, e.size, e.stream, us, frames, l);
           break;
         case history_action::segment_free:
-          trace_entry(j, "segment_free", "addr", e.address, e.size, e.stream, us, frames);
+          trace_entry(j, "segment_free", "addr", e.address, e.size, e.stream, us, frames, l);
           break;
         case history_action::oom:
-          trace_entry(j, "oom", "device_free", e.address, e.size, e.stream, us, frames);
+          trace_entry(j, "oom", "device_free", e.address, e.size, e.stream, us, frames, l);
           break;
       }
     }
@@ -131,7 +142,7 @@ void write_live_blocks(json_out& j, const held_memory& held, site_describer& des
     });
     j.open('[');
     for (const block_record* b : live)
-      trace_entry(j, "alloc", "addr", b->address, b->size, b->stream, 0, describer.of(b->site).frames);
+      trace_entry(j, "alloc", "addr", b->address, b->size, b->stream, 0, describer.of(b->site).frames, no_label());
     j.close(']');
   }
 }
@@ -156,7 +167,7 @@ status build_torch_snapshot(allocator& a, std::string* out) {
   j.key("device_traces");
   j.open('[');
   if (h != nullptr)
-    write_history(j, events, a.device_count(), describer);
+    write_history(j, events, a.device_count(), a.labels().table(), describer);
   else
     write_live_blocks(j, held, describer);
   j.close(']');

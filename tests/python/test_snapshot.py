@@ -333,6 +333,53 @@ def test_each_event_keeps_the_context_it_was_recorded_under(torch_history):
     assert "test_each_event_keeps_the_context" in text, "the frees, recorded under context='all', name this test"
 
 
+def test_events_carry_their_devices_metadata_and_compiled_region(torch_history):
+    """PyTorch's test_memory_plots_metadata and test_memory_compile_regions: an event carries the
+    user_metadata and the compile_context its device had when it was recorded, through the calls
+    tracepool's allocator class makes for _set_memory_metadata and PyTorch's compiled-region callbacks;
+    and with the class installed, PyTorch's own _record_memory_history runs first with every argument
+    (it sets those callbacks up)."""
+    from tracepool import _tracepool
+
+    calls = []
+    torch_history.use_pytorch_function(lambda *args: calls.append(args))
+    try:
+        _tracepool.history_set_metadata(0, "metadata test")
+        torch_history.record("all", "all", "python", 100, True, True, False, ["segment_alloc"])
+        _tracepool.history_push_context(0, "Torch-Compiled Region: 0/0")
+        block = tracepool.alloc(4096)
+        _tracepool.history_pop_context(0)
+        assert _tracepool.history_metadata(0) == "metadata test"
+        _tracepool.history_set_metadata(0, "")
+        tracepool.free(block)
+    finally:
+        torch_history.use_pytorch_function(None)
+        _tracepool.history_set_metadata(0, "")
+    assert calls == [("all", "all", "python", 100, True, True, False, ["segment_alloc"])]
+    entries = _entries_at(tracepool.torch._memory_snapshot(None), block)
+    assert [(e["action"], e["user_metadata"], e["compile_context"]) for e in entries] == [
+        ("alloc", "metadata test", "Torch-Compiled Region: 0/0"), ("free_requested", "", "N/A"),
+        ("free_completed", "", "N/A")]
+    with pytest.raises(tracepool.Error, match="device"):
+        _tracepool.history_set_metadata(1 << 20, "x")
+
+
+def test_a_segment_given_back_names_the_empty_cache_that_released_it_under_context_all(torch_history):
+    """PyTorch's test_memory_plots_free_segment_stack: with context="all" a segment_free carries the
+    stack of the empty_cache that gave it back; with "alloc" and "state" no event names it."""
+    def release_it():
+        tracepool.empty_cache()
+
+    for context in ("alloc", "all", "state"):
+        tracepool.empty_cache()
+        torch_history.record("all", context=context, stacks="python", clear_history=True)
+        tracepool.free(tracepool.alloc(3 << 20))
+        release_it()
+        traces = tracepool.torch._memory_snapshot(None)["device_traces"][0]
+        assert "segment_free" in {e["action"] for e in traces}, context
+        assert ("release_it" in json.dumps(traces)) == (context == "all"), context
+
+
 def test_the_legacy_form_and_bad_arguments(torch_history):
     torch_history.record_legacy(True, record_context=True, trace_alloc_max_entries=10,
                                 trace_alloc_record_context=True, record_context_cpp=False)

@@ -219,6 +219,17 @@ TRACEPOOL_API void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* c
 #define TRACEPOOL_HISTORY_NO_FREE_SITES 4
 #define TRACEPOOL_HISTORY_FREEING_SITES 8
 TRACEPOOL_API int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags);
+/* Labels on the history's events (PyTorch's torch.cuda.memory._set_memory_metadata and its compile
+ * contexts): every event recorded on `device` carries the user metadata the device has then and the
+ * innermost of its compile contexts (PyTorch's snapshot: user_metadata, compile_context). They are kept
+ * whether or not the history is on. Metadata "" clears it; a NULL string is
+ * TRACEPOOL_ERR_INVALID_ARGUMENT; popping an empty stack of contexts does nothing. Past 65,534 distinct
+ * (metadata, context) pairs, events of new pairs read "(more distinct labels than tracepool keeps)".
+ * tracepool_history_metadata's *out is freed with tracepool_string_free. */
+TRACEPOOL_API int tracepool_history_set_metadata(tracepool_t* tp, int device, const char* metadata);
+TRACEPOOL_API int tracepool_history_metadata(tracepool_t* tp, int device, char** out);
+TRACEPOOL_API int tracepool_history_push_context(tracepool_t* tp, int device, const char* context);
+TRACEPOOL_API int tracepool_history_pop_context(tracepool_t* tp, int device);
 
 /* ---- Statistics ---------------------------------------------------------------------------- */
 TRACEPOOL_API int tracepool_get_stats(tracepool_t* tp, int device, tracepool_stats_t* out);

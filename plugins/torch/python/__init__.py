@@ -241,6 +241,8 @@ def _patch_memory_functions(torch: Any, allocator_class: bool) -> None:
     PyTorch's pluggable class, which refuses them all, the statistics and the fraction are too."""
     C = torch._C
     C._cuda_memorySnapshot = _memory_snapshot
+    if allocator_class:
+        memory_history.use_pytorch_function(C._cuda_record_memory_history)
     C._cuda_record_memory_history = memory_history.record
     C._cuda_record_memory_history_legacy = memory_history.record_legacy
     C._cuda_isHistoryEnabled = memory_history.enabled

@@ -19,6 +19,12 @@ allocator through ``torch._C._cuda_record_memory_history``; with tracepool insta
 - ``clear_history``: forget the events recorded so far.
 - ``skip_actions``: event kinds (``"alloc"``, ``"free_requested"``, ``"segment_alloc"``, ...) left out of
   the snapshot's device traces (they are recorded, so they still take room in the ring).
+- ``compile_context``: each event carries the compiled region it ran in (``"Torch-Compiled Region: 0/0"``,
+  ``"N/A"`` outside one); ``global_record_annotations``: record_function annotations of every thread.
+  Both need tracepool's allocator class (libtracepool_torch.so): PyTorch's own function then runs
+  too (:func:`use_pytorch_function`), which installs PyTorch's profiler callbacks that tell the class
+  of each compiled region; the class labels the events through tracepool's history labels, as it
+  does with ``torch.cuda.memory._set_memory_metadata``'s string (``user_metadata``).
 
 :func:`shape` applies ``enabled``, ``context`` and ``stacks`` to a snapshot before PyTorch's callers see
 it. Before any of these calls, tracepool's snapshot is left as it is (device traces from
@@ -41,14 +47,24 @@ _STACKS = ("python", "all")
 _lock = threading.Lock()
 # None until PyTorch's history calls are first used; then what the last one asked for.
 _settings: dict[str, Any] | None = None
+# PyTorch's own torch._C._cuda_record_memory_history, where tracepool's allocator class serves it.
+_pytorch_function: Any = None
+
+
+def use_pytorch_function(function: Any) -> None:
+    """Has :func:`record` call PyTorch's own function first (tracepool.torch.install does, with
+    tracepool's allocator class): its profiler callbacks for compile contexts and annotations are then
+    set up and taken down as PyTorch's allocator has them, and it tells the class's recordHistory.
+    :func:`record` then sets tracepool's history itself, since the class cannot tell ``enabled="state"``
+    from ``context="state"``."""
+    global _pytorch_function
+    _pytorch_function = function
 
 
 def record(enabled: str | None = "all", context: str | None = "all", stacks: str = "all",
            max_entries: int = MAX_ENTRIES, clear_history: bool = False, compile_context: bool = False,
            global_record_annotations: bool = False, skip_actions: Any = None, *_rest: Any) -> None:
-    """torch._C._cuda_record_memory_history. ``skip_actions`` (event kinds such as "free_requested")
-    are left out of the snapshot's device traces. compile_context and global_record_annotations have
-    nothing to act on in tracepool and are accepted."""
+    """torch._C._cuda_record_memory_history, with the arguments the module's docstring describes."""
     global _settings
     if enabled not in _ENABLED:
         raise RuntimeError("_record_memory_history: enabled must be one of None, 'state', 'all', not %r" % (enabled,))
@@ -63,6 +79,9 @@ def record(enabled: str | None = "all", context: str | None = "all", stacks: str
     else:
         flags |= _tracepool.HISTORY_FREEING_SITES if context == "all" else _tracepool.HISTORY_NO_FREE_SITES
     with _lock:
+        if _pytorch_function is not None:
+            _pytorch_function(enabled, context, stacks, max_entries, clear_history, compile_context,
+                              global_record_annotations, list(skip_actions or ()))
         if enabled != "all":  # None and "state" keep no history of events
             _tracepool.record_history(0)
         else:
@@ -73,13 +92,15 @@ def record(enabled: str | None = "all", context: str | None = "all", stacks: str
 
 def record_legacy(enabled: bool, record_context: bool = True, trace_alloc_max_entries: int = 1,
                   trace_alloc_record_context: bool = False, record_context_cpp: bool = False,
-                  clear_history: bool = False, *_rest: Any) -> None:
+                  clear_history: bool = False, compile_context: bool = False, global_record_annotations: bool = False,
+                  skip_actions: Any = None, *_rest: Any) -> None:
     """torch._C._cuda_record_memory_history_legacy: _record_memory_history with a bool first."""
     if not enabled:
         record(None)
         return
     context = "all" if trace_alloc_record_context else ("state" if record_context else None)
-    record("all", context, "all" if record_context_cpp else "python", trace_alloc_max_entries, clear_history)
+    record("all", context, "all" if record_context_cpp else "python", trace_alloc_max_entries, clear_history,
+           compile_context, global_record_annotations, skip_actions)
 
 
 def enabled() -> bool:

@@ -74,8 +74,9 @@ def _trace_entry(e: dict[str, Any]) -> dict[str, Any]:
     for key in _TRACE_INTEGERS:
         if key in e:
             out[key] = _int(e[key])
-    if "category" in e:
-        out["category"] = str(e["category"])
+    for key in ("category", "compile_context", "user_metadata"):
+        if key in e:
+            out[key] = str(e[key])
     out["frames"] = _frames(e.get("frames"))
     return out
 
