@@ -398,7 +398,8 @@ fi
 # time) or rest (wide less core, for a second call); TRACEPOOL_TORCH_TESTS_MATCH: a regular expression, only the
 # set's tests whose node id it finds; TRACEPOOL_TORCH_TESTS_GRAPHS=0 leaves the graph rows out;
 # TRACEPOOL_TORCH_TESTS_JOBS: processes at a time (8).
-# A test that passes natively and not under tracepool is a FAIL row; the counts are info rows.
+# A test that passes natively and not under tracepool is a FAIL row, unless its line names the reason
+# (Note [Named exceptions] in torch_own_tests.py: an info row with the reason); the counts are info rows.
 torch_tests_step() {
   local set=${TRACEPOOL_TORCH_TESTS_SET:-core} json=$WORK/torch_own_tests.json t
   t=$(budget 570 60)
@@ -422,9 +423,15 @@ for name, s in d["summary"].items():
     print("info|PyTorch's own tests, %s set|native %d pass, tracepool %d pass (of %d; %d not run)"
           % (name, s["native_pass"], s["tracepool_pass"], s["tests"], s["not_run"]))
 pool = {t["id"]: t["tracepool"] for t in d["tests"]}
-for node_id in list(d["summary"].values())[-1]["regressions"]:
+last = list(d["summary"].values())[-1]
+for node_id in last["regressions"]:
     print("FAIL|own test: %s|passes natively; under tracepool %s: %s"
           % (node_id.split("::", 1)[1], pool[node_id]["result"], pool[node_id]["detail"][:200].replace("|", "/")))
+for node_id, reason in last["exceptions"].items():  # Note [Named exceptions] in torch_own_tests.py
+    print("info|own test, named exception: %s|%s" % (node_id.split("::", 1)[1], reason[:300].replace("|", "/")))
+for node_id in last["exceptions_passing"]:
+    print("info|own test, named exception now passes: %s|drop its reason from torch_own_tests.txt"
+          % node_id.split("::", 1)[1])
 PY
 )
 }

@@ -99,7 +99,8 @@ def test_each_test_in_its_own_process_with_timeouts_and_the_regressions_listed(f
     assert by_name["test_oom_needs_the_device_alone"]["alone"] and not by_name["test_skips"]["alone"]
     assert "broken under the pool" in by_name["test_breaks_under_the_pool"]["tracepool"]["detail"]
     assert data["summary"]["core"] == {"tests": 3, "native_pass": 2, "tracepool_pass": 1, "not_run": 0,
-                                       "regressions": ["test_fake.py::TestFake::test_breaks_under_the_pool"]}
+                                       "regressions": ["test_fake.py::TestFake::test_breaks_under_the_pool"],
+                                       "exceptions": {}, "exceptions_passing": []}
     assert data["summary"]["wide"]["native_pass"] == 3 and data["summary"]["wide"]["tests"] == 6
     assert "core set: native 2 of 3 pass, tracepool 1 of 3 pass" in stdout
     assert "passes natively, not under tracepool: test_fake.py::TestFake::test_breaks_under_the_pool" in stdout
@@ -136,3 +137,23 @@ def test_missing_expecttest_or_device_skip_cleanly(fakes):
         "__version__ = '0.fake'\nclass cuda:\n    is_available = staticmethod(lambda: False)\n")
     stdout, _ = run_runner(fakes)
     assert stdout.startswith("SKIP: PyTorch's own tests: torch 0.fake sees no CUDA device"), stdout
+
+
+def test_a_named_exception_is_counted_apart_with_its_reason_and_told_when_it_passes(fakes):
+    selection = fakes / "selection.txt"
+    selection.write_text(SELECTION.replace(
+        "core test_fake.py::TestFake::test_breaks_under_the_pool",
+        "core test_fake.py::TestFake::test_breaks_under_the_pool except: the pool lacks what it needs").replace(
+        "core test_fake.py::TestFake::test_sees_a_clean_process",
+        "core test_fake.py::TestFake::test_sees_a_clean_process except: a stale reason"))
+    stdout, data = run_runner(fakes, "--set", "core", "--budget", "60")
+    core = data["summary"]["core"]
+    assert core["regressions"] == []
+    assert core["exceptions"] == {"test_fake.py::TestFake::test_breaks_under_the_pool": "the pool lacks what it needs"}
+    assert core["exceptions_passing"] == ["test_fake.py::TestFake::test_sees_a_clean_process"]
+    assert "named exception: test_fake.py::TestFake::test_breaks_under_the_pool: the pool lacks what it needs" in stdout
+    assert "despite its named exception: test_fake.py::TestFake::test_sees_a_clean_process" in stdout
+    selection.write_text("core test_fake.py::TestFake::test_skips except:   \n")
+    done = subprocess.run([sys.executable, str(RUNNER), "--list", str(selection), "--tests-dir",
+                           str(fakes / "torch_tests")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "except: REASON" in done.stderr, "a reason left empty is a broken selection"
