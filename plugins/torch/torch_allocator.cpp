@@ -30,6 +30,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +57,14 @@ tracepool_t* instance() {
   tracepool_t* tp = tracepool_default();
   TORCH_CHECK(tp != nullptr, "tracepool: the default instance could not be created: ", tracepool_last_error());
   return tp;
+}
+
+// Whether PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF, as its
+// parser looks) has a backend key (backend:native, backend:cudaMallocAsync).
+bool names_a_backend() {
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  if (conf == nullptr) conf = std::getenv("PYTORCH_ALLOC_CONF");
+  return conf != nullptr && std::strstr(conf, "backend") != nullptr;
 }
 
 void check(int rc, const char* what) {
@@ -301,11 +311,16 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
 
   // PyTorch's CUDA start-up. PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction caps every device
   // from the start, as PyTorch's allocator does (its parser, which refuses a value outside [0, 1], runs
-  // at the first read).
+  // at the first read). A configuration that names a backend is not read: PyTorch's parser would stop
+  // the start-up at it (the backend it names is not the allocator in charge, tracepool), so it is told once.
   void init(int device_count) override {
     devices_ = device_count;
-    if (const double fraction = cca::CUDAAllocatorConfig::per_process_memory_fraction(); fraction < 1.0)
+    if (names_a_backend()) {
+      std::fprintf(stderr, "tracepool: PyTorch's allocator configuration names a backend; tracepool is installed "
+                           "and stays PyTorch's allocator, and the configuration is not read\n");
+    } else if (const double fraction = cca::CUDAAllocatorConfig::per_process_memory_fraction(); fraction < 1.0) {
       for (int d = 0; d < device_count; ++d) setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
+    }
     initialized_ = true;
   }
   bool initialized() override { return initialized_; }
