@@ -396,6 +396,14 @@ int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags) {
   });
 }
 
+int tracepool_set_rounding(tracepool_t* tp, tracepool_round_fn fn, void* context) {
+  return guarded("tracepool_set_rounding", [&] {
+    if (status s = check_handle(tp, "tracepool_set_rounding"); s != status::ok) return s;
+    tp->impl->set_rounding(fn, context);
+    return status::ok;
+  });
+}
+
 int tracepool_history_set_metadata(tracepool_t* tp, int device, const char* metadata) {
   return guarded("tracepool_history_set_metadata", [&] {
     if (status s = check_handle(tp, "tracepool_history_set_metadata"); s != status::ok) return s;

@@ -123,8 +123,11 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (routes_.any_open())  // a capture or a scoped pool: maybe this allocation goes to a private pool
     if (const uint64_t routed = routes_.pool_for(device, stream); routed != 0) pool = dev.pool_for(stream, routed);
   if (pool == nullptr) pool = pool_of(device, stream);
+  size_t at_least = 0;
+  if (const round_fn round = rounding_.load(std::memory_order_acquire); round != nullptr)
+    at_least = round(size, rounding_context_.load(std::memory_order_relaxed));
   block* b = nullptr;
-  if (status s = dev.malloc(pool, size, tag, &b); s != status::ok)
+  if (status s = dev.malloc(pool, size, tag, &b, at_least); s != status::ok)
     return s == status::out_of_memory ? out_of_memory(device, size, stream, tag.site) : s;
   try {
     live_.insert(b->ptr, b);

@@ -71,8 +71,8 @@ std::vector<stream_pool*> device_cache::pools_snapshot() {
 
 // The allocation ladder. Rungs 1-4 run under the pool's lock in try_allocate; rung 5 frees the
 // cache without holding any lock and climbs once more.
-status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block** out) {
-  const size_t rounded = round_size(size);
+status device_cache::malloc(stream_pool* pool, size_t size, block_tag tag, block** out, size_t at_least) {
+  const size_t rounded = at_least > size && at_least <= max_request ? round_size(at_least) : round_size(size);
   status s = try_allocate(pool, rounded, size, tag, out);
   if (s != status::out_of_memory) return s;
   // During a capture nothing goes back to the device (Note [Capture] in private_pool.h).

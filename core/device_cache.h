@@ -91,7 +91,8 @@ class device_cache {
   std::vector<private_pool_info> retained_pools();
 
   // pre: 0 < size <= max_request.
-  status malloc(stream_pool* pool, size_t size, block_tag tag, block** out);
+  // `at_least`: a block size the host's rounding asked for (allocator::set_rounding), 0 for none.
+  status malloc(stream_pool* pool, size_t size, block_tag tag, block** out, size_t at_least = 0);
   // *taken: the pool has the block (it is no longer the caller's), whatever the status says.
   // `freed_at`: the call site that freed it, if the history wants it (segment_event::freed_at).
   status free(block* b, bool* taken, uint32_t freed_at = 0);

@@ -19,6 +19,7 @@
 // c10::OutOfMemoryError, which PyTorch's bindings turn into torch.cuda.OutOfMemoryError. The C
 // entry points at the end (tracepool_torch_install) catch everything.
 #include <c10/core/Allocator.h>
+#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -65,6 +66,24 @@ bool names_a_backend() {
   const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
   if (conf == nullptr) conf = std::getenv("PYTORCH_ALLOC_CONF");
   return conf != nullptr && std::strstr(conf, "backend") != nullptr;
+}
+
+// PyTorch's roundup_power2_divisions, read at each allocation as PyTorch's allocator reads it: a
+// request between two powers of two is rounded up to the next of that many equal steps between them
+// (divisions taken as a power of two, as PyTorch does); 0, tracepool's own rounding, where none is set.
+size_t pytorch_rounding(size_t size, void*) noexcept {
+  constexpr size_t min_block = 512;
+  size_t divisions = 0;
+  try {
+    divisions = c10::CachingAllocator::AcceleratorAllocatorConfig::roundup_power2_divisions(size);
+  } catch (...) {
+    return 0;
+  }
+  if (divisions <= 1 || size <= min_block * divisions || (size & (size - 1)) == 0) return 0;
+  const size_t floor = size_t{1} << (63 - __builtin_clzll(size));
+  const size_t step = floor >> (63 - __builtin_clzll(divisions));
+  if (step == 0) return floor << 1;
+  return (size + step - 1) & ~(step - 1);
 }
 
 void check(int rc, const char* what) {
@@ -309,17 +328,21 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void enable(bool value) override { caching_.store(value, std::memory_order_relaxed); }
   bool isEnabled() const override { return caching_.load(std::memory_order_relaxed); }
 
-  // PyTorch's CUDA start-up. PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction caps every device
-  // from the start, as PyTorch's allocator does (its parser, which refuses a value outside [0, 1], runs
-  // at the first read). A configuration that names a backend is not read: PyTorch's parser would stop
+  // PyTorch's CUDA start-up. PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF, and
+  // torch.cuda.memory._set_allocator_settings later) is honoured where it shapes what tracepool does:
+  // per_process_memory_fraction caps every device from the start (PyTorch's parser, which refuses a
+  // value outside [0, 1], runs at the first read), and roundup_power2_divisions rounds requests
+  // (pytorch_rounding). A configuration that names a backend is not read: PyTorch's parser would stop
   // the start-up at it (the backend it names is not the allocator in charge, tracepool), so it is told once.
   void init(int device_count) override {
     devices_ = device_count;
     if (names_a_backend()) {
       std::fprintf(stderr, "tracepool: PyTorch's allocator configuration names a backend; tracepool is installed "
                            "and stays PyTorch's allocator, and the configuration is not read\n");
-    } else if (const double fraction = cca::CUDAAllocatorConfig::per_process_memory_fraction(); fraction < 1.0) {
-      for (int d = 0; d < device_count; ++d) setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
+    } else {
+      if (const double fraction = cca::CUDAAllocatorConfig::per_process_memory_fraction(); fraction < 1.0)
+        for (int d = 0; d < device_count; ++d) setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
+      check(tracepool_set_rounding(instance(), pytorch_rounding, nullptr), "roundup_power2_divisions");
     }
     initialized_ = true;
   }

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "base/size_class.h"
+#include "test_support.h"
+#include "tracepool/tracepool.h"
 
 namespace tracepool::core {
 
@@ -30,6 +32,48 @@ TEST(SizeClass, SplitKeepsUsefulRemaindersOnly) {
   EXPECT_FALSE(should_split(pool_kind::small, 1024, 1024));
   EXPECT_FALSE(should_split(pool_kind::large, 20u << 20, 19u << 20));  // exactly 1 MiB left: not kept
   EXPECT_TRUE(should_split(pool_kind::large, 20u << 20, (19u << 20) - 512));
+}
+
+// A host's own rounding (PyTorch's roundup_power2_divisions): the block takes the size it asks for,
+// rounded to 512 bytes; requested bytes stay what the caller asked; an answer below the request or past
+// the largest request leaves tracepool's rounding, and none restores it.
+TEST(SizeClass, AHostsRoundingSetsTheBlockSizeAndNotTheRequestedBytes) {
+  auto a = testing::host_allocator();
+  size_t answer = 0;
+  a->set_rounding([](size_t, void* context) { return *static_cast<size_t*>(context); }, &answer);
+  const size_t request = (84u << 20) + 100;
+  const struct { size_t answer, block; } table[] = {
+      {96u << 20, 96u << 20},             // PyTorch's four divisions between 64 and 128 MiB
+      {(96u << 20) + 1, (96u << 20) + 512},  // rounded to tracepool's 512 bytes
+      {0, (84u << 20) + 512},                 // below the request: tracepool's rounding
+      {max_request + 1, (84u << 20) + 512},   // past the largest request: tracepool's rounding
+  };
+  for (const auto& row : table) {
+    answer = row.answer;
+    void* p = nullptr;
+    ASSERT_EQ(a->malloc(request, 0, nullptr, &p), status::ok) << last_error();
+    const device_stats s = testing::stats_of(*a);
+    EXPECT_EQ(testing::current(s, stat_kind::allocated_bytes), static_cast<int64_t>(row.block)) << row.answer;
+    EXPECT_EQ(testing::current(s, stat_kind::requested_bytes), static_cast<int64_t>(request)) << row.answer;
+    ASSERT_EQ(a->free(p), status::ok);
+  }
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_set_rounding(tp, [](size_t size, void*) { return size * 2; }, nullptr), TRACEPOOL_OK);
+  void* p = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  tracepool_stats_t st{};
+  st.size = sizeof st;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
+  EXPECT_EQ(st.allocated_bytes.current, 8192);
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_set_rounding(tp, nullptr, nullptr), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
+  EXPECT_EQ(st.allocated_bytes.current, 4096) << "none: tracepool's rounding again";
+  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+  EXPECT_EQ(tracepool_set_rounding(nullptr, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  tracepool_destroy(tp);
 }
 
 }  // namespace tracepool::core
