@@ -38,7 +38,7 @@ enum class block_state : uint8_t {
 struct block {
   char* ptr = nullptr;
   size_t size = 0;                 // bytes, rounded
-  size_t requested = 0;            // bytes the caller asked for; 0 unless allocated or pending
+  size_t requested = 0;            // bytes the caller asked for; while free, the last allocation freed into it asked
   segment* seg = nullptr;
   block* prev = nullptr;           // neighbours in the segment, address order
   block* next = nullptr;
@@ -70,6 +70,7 @@ struct block_record {
   uintptr_t stream;  // the stream the segment serves
   uint64_t pool;     // the private pool it belongs to, 0 for the default (Note [Private pools])
   bool growable;     // its segment is growable (segment_size is then the mapped run it lies in)
+  size_t last_requested;  // free: what the last allocation freed into it asked (PyTorch's snapshot shows it), else 0
 };
 
 // Note [Growable segments]

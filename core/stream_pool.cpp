@@ -176,17 +176,17 @@ void stream_pool::release_to_free_list(block* b, bool stream_alive) {
   const pool_kind kind = b->seg->kind;
   stats_.decrease(stat_kind::active, kind, 1);
   stats_.decrease(stat_kind::active_bytes, kind, static_cast<int64_t>(b->size));
-  b->requested = 0;
   b->free_seq = reuse_.on_free(stream_alive);
   delete b->stream_uses;
   b->stream_uses = nullptr;
   merge_into_free_list(b);
 }
 
-// Joins `b` (on no list) with its free neighbours and lists the result, attributed to b's site: the
-// memory last in use.
+// Joins `b` (on no list) with its free neighbours and lists the result, attributed to b's site and
+// request: the memory last in use.
 void stream_pool::merge_into_free_list(block* b) {
   const uint32_t site = b->site;
+  const size_t requested = b->requested;
   if (block* p = b->prev; p != nullptr && p->state == block_state::free) {
     erase_free(p);
     absorb(p, b);
@@ -197,6 +197,7 @@ void stream_pool::merge_into_free_list(block* b) {
     absorb(b, n);
   }
   b->site = site;
+  b->requested = requested;
   insert_free(b);
 }
 
@@ -281,9 +282,10 @@ void stream_pool::collect(std::vector<block_record>* out) const {
         for (const block* r = b; r != nullptr && r->state != block_state::unmapped; r = r->next) run_size += r->size;
       }
       const bool live = b->state == block_state::allocated, pending = b->state == block_state::pending_free;
-      out->push_back(block_record{b->site, b->birth, b->size, b->requested, live, b->counted_split, pending, s->kind,
+      const size_t requested = live || pending ? b->requested : 0;
+      out->push_back(block_record{b->site, b->birth, b->size, requested, live, b->counted_split, pending, s->kind,
                                   reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(run->ptr), run_size,
-                                  reinterpret_cast<uintptr_t>(stream_), pool_, s->growable()});
+                                  reinterpret_cast<uintptr_t>(stream_), pool_, s->growable(), b->requested - requested});
     }
   }
 }

@@ -62,7 +62,8 @@ void write_segments(json_out& j, const held_memory& held, site_describer& descri
         j.open('{');
         j.key("address"), j.value(static_cast<int64_t>(b.address));
         j.key("size"), j.value(static_cast<int64_t>(b.size));
-        j.key("requested_size"), j.value(static_cast<int64_t>(b.requested));
+        // A free block: what the last allocation freed into it asked, as PyTorch's snapshot keeps it.
+        j.key("requested_size"), j.value(static_cast<int64_t>(b.live || b.pending ? b.requested : b.last_requested));
         j.key("state"), j.value(std::string(state_name(b)));
         write_frames(j, b.live || b.pending ? describer.of(b.site).frames : std::vector<frame_info>{},
                      frame_schema::pytorch);

@@ -393,6 +393,35 @@ TEST(TorchSnapshot, WithoutHistoryDeviceTracesHoldsOneAllocPerLiveBlock) {
   tracepool_destroy(tp);
 }
 
+// A free block shows what the last allocation freed into it asked, as PyTorch's snapshot does (its
+// memory plots look for that size after filtering freed allocations out); the segment's requested_size
+// counts only what is allocated.
+TEST(TorchSnapshot, AFreeBlockKeepsTheRequestOfTheLastAllocationFreedIntoIt) {
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,segments:classic", &tp), TRACEPOOL_OK);
+  void *first = nullptr, *second = nullptr;
+  ASSERT_EQ(tracepool_malloc(tp, 65536, 0, nullptr, &first), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc(tp, 1000, 0, nullptr, &second), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(tp, second, nullptr), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_free(tp, first, nullptr), TRACEPOOL_OK);  // merged with the rest: one free block
+  char* text = nullptr;
+  ASSERT_EQ(tracepool_torch_snapshot_string(tp, &text), TRACEPOOL_OK);
+  const json snap = json::parse(text);
+  tracepool_string_free(text);
+  ASSERT_EQ(snap["segments"].size(), 1u);
+  const json& segment = snap["segments"][0];
+  ASSERT_EQ(segment["blocks"].size(), 1u);
+  EXPECT_EQ(segment["blocks"][0]["state"], "inactive");
+  EXPECT_EQ(segment["blocks"][0]["requested_size"], 65536) << "the last freed into it";
+  EXPECT_EQ(segment["requested_size"], 0) << "nothing allocated";
+  tracepool_stats_t st{};
+  st.size = sizeof st;
+  ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
+  EXPECT_EQ(st.requested_bytes.current, 0);
+  ASSERT_EQ(tracepool_validate(tp), TRACEPOOL_OK) << tracepool_last_error();
+  tracepool_destroy(tp);
+}
+
 // PyTorch's readers (its memory-stat consistency check, MemPool tests) tell growable segments, whose
 // segment count they do not take, from classic ones by is_expandable.
 TEST(TorchSnapshot, GrowableSegmentsAreExpandableAndClassicOnesAreNot) {
