@@ -36,11 +36,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "size_class.h"
+#include "torch_profiling.h"
 #include "tracepool/tracepool.h"
 
 extern "C" {
@@ -51,6 +51,9 @@ void tracepool_torch_free(void* ptr, size_t size, int device, void* stream);
 namespace {
 
 namespace cca = c10::cuda::CUDACachingAllocator;
+using tracepool::torch_plugin::profile_alloc;
+using tracepool::torch_plugin::profile_free;
+using tracepool::torch_plugin::take_profiled;
 using c10::CachingAllocator::format_size;
 using c10::cuda::MempoolId_t;
 
@@ -97,53 +100,11 @@ void tell(int rc, const char* what) {
     std::fprintf(stderr, "tracepool: %s: %s: %s\n", what, tracepool_status_string(rc), tracepool_last_error());
 }
 
-// Note [Memory profiling]
-// torch.profiler.profile(profile_memory=True) learns of every allocation and free from the allocator
-// (c10::reportMemoryUsageToProfiler, with the device's allocated and reserved bytes), as PyTorch's
-// own allocator tells it. Only while a profiler asks (c10::memoryProfilingEnabled(), one thread-local
-// read, as PyTorch's allocator pays too): the blocks allocated meanwhile are listed with their size and
-// device, so that their frees can be told; the list is read at a free only while it has any.
-std::mutex profiled_mutex;
-std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>> profiled;  // guarded by profiled_mutex
-std::atomic<size_t> profiled_count{0};
-
-void report_to_profiler(void* ptr, int64_t bytes, c10::DeviceIndex device) {
-  tracepool_stats_t s{};
-  s.size = sizeof s;
-  if (tracepool_t* tp = tracepool_default(); tp == nullptr || tracepool_get_stats(tp, device, &s) != TRACEPOOL_OK) return;
-  c10::reportMemoryUsageToProfiler(ptr, bytes, s.allocated_bytes.current, s.reserved_bytes.current,
-                                   c10::Device(c10::DeviceType::CUDA, device));
-}
-
-void profile_alloc(void* ptr, size_t size, c10::DeviceIndex device) {
-  {
-    std::lock_guard<std::mutex> lock(profiled_mutex);
-    profiled[ptr] = {size, device};
-    profiled_count.store(profiled.size(), std::memory_order_relaxed);
-  }
-  report_to_profiler(ptr, static_cast<int64_t>(size), device);
-}
-
-// After the free: the figures the profiler gets are those without the block, as PyTorch's.
-void profile_free(void* ptr, size_t size, c10::DeviceIndex device) {
-  report_to_profiler(ptr, -static_cast<int64_t>(size), device);
-}
-
-bool take_profiled(void* ptr, std::pair<size_t, c10::DeviceIndex>* out) {
-  std::lock_guard<std::mutex> lock(profiled_mutex);
-  auto it = profiled.find(ptr);
-  if (it == profiled.end()) return false;
-  *out = it->second;
-  profiled.erase(it);
-  profiled_count.store(profiled.size(), std::memory_order_relaxed);
-  return true;
-}
-
 // The deleter of every DataPtr this allocator makes, and its raw_deleter(): CUDA-graph trees compare
 // the two (torch._C._has_Standard_Deleter).
 void delete_block(void* ptr) {
   std::pair<size_t, c10::DeviceIndex> was{};
-  const bool told = profiled_count.load(std::memory_order_relaxed) != 0 && take_profiled(ptr, &was);
+  const bool told = take_profiled(ptr, &was);
   tracepool_torch_free(ptr, 0, 0, nullptr);
   if (told) profile_free(ptr, was.first, was.second);
 }
@@ -555,7 +516,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     const std::string why = rc == TRACEPOOL_OK ? std::string() : tracepool_last_error();  // before the pop
     if (tagged) (void)tracepool_tag_pop();
     if (rc == TRACEPOOL_OK) {
-      if (c10::memoryProfilingEnabled()) profile_alloc(ptr, size, device);  // Note [Memory profiling]
+      if (c10::memoryProfilingEnabled()) profile_alloc(ptr, size, device);  // Note [Memory profiling] in torch_profiling.cpp
       return ptr;
     }
     TORCH_CHECK_WITH(OutOfMemoryError, size < (uint64_t{1} << 60), "CUDA out of memory. Tried to allocate more than 1EB memory.");
