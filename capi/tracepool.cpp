@@ -202,6 +202,13 @@ int tracepool_malloc(tracepool_t* tp, size_t size, int device, void* stream, voi
   });
 }
 
+int tracepool_malloc_rounded(tracepool_t* tp, size_t size, size_t rounded, int device, void* stream, void** out) {
+  return guarded("tracepool_malloc_rounded", [&] {
+    if (status s = check_handle(tp, "tracepool_malloc_rounded"); s != status::ok) return s;
+    return tp->impl->malloc(size, device, stream, out, rounded);
+  });
+}
+
 int tracepool_free(tracepool_t* tp, void* ptr, void* /*stream*/) {
   return guarded("tracepool_free", [&] {
     if (status s = check_handle(tp, "tracepool_free"); s != status::ok) return s;
@@ -393,14 +400,6 @@ int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags) {
                                                                               : frees::allocation;
     return tp->impl->record_history(max_entries, (flags & TRACEPOOL_HISTORY_CLEAR) != 0,
                                     (flags & TRACEPOOL_HISTORY_NO_ALLOC_SITES) == 0, free_sites);
-  });
-}
-
-int tracepool_set_rounding(tracepool_t* tp, tracepool_round_fn fn, void* context) {
-  return guarded("tracepool_set_rounding", [&] {
-    if (status s = check_handle(tp, "tracepool_set_rounding"); s != status::ok) return s;
-    tp->impl->set_rounding(fn, context);
-    return status::ok;
   });
 }
 

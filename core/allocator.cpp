@@ -74,6 +74,7 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
 allocator::~allocator() { unregister_fork_participant(this); }
 
 void allocator::lock_for_fork() {
+  labels_.lock_for_fork();  // a leaf: taken alone everywhere else
   routes_.lock_for_fork();
   live_.lock_all();
   for (auto& dev : devices_) dev->lock_for_fork();
@@ -92,6 +93,7 @@ void allocator::unlock_after_fork(bool child) {
   for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) (*it)->unlock_after_fork(forget);
   live_.unlock_all();
   routes_.unlock_after_fork();
+  labels_.unlock_after_fork();
 }
 
 status allocator::check_device(int device) const {
@@ -108,7 +110,7 @@ stream_pool* allocator::pool_of(int device, backend::stream_handle stream) {
   return pool;
 }
 
-status allocator::malloc(size_t size, int device, backend::stream_handle stream, void** out) {
+status allocator::malloc(size_t size, int device, backend::stream_handle stream, void** out, size_t at_least) {
   if (out == nullptr) return fail(status::invalid_argument, "malloc: out is NULL");
   *out = nullptr;
   if (status s = check_device(device); s != status::ok) return s;
@@ -123,9 +125,6 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   if (routes_.any_open())  // a capture or a scoped pool: maybe this allocation goes to a private pool
     if (const uint64_t routed = routes_.pool_for(device, stream); routed != 0) pool = dev.pool_for(stream, routed);
   if (pool == nullptr) pool = pool_of(device, stream);
-  size_t at_least = 0;
-  if (const round_fn round = rounding_.load(std::memory_order_acquire); round != nullptr)
-    at_least = round(size, rounding_context_.load(std::memory_order_relaxed));
   block* b = nullptr;
   if (status s = dev.malloc(pool, size, tag, &b, at_least); s != status::ok)
     return s == status::out_of_memory ? out_of_memory(device, size, stream, tag.site) : s;
@@ -327,7 +326,10 @@ status allocator::pool_use_count(int device, uint64_t pool, int* out) {
 
 status allocator::empty_pool(int device, uint64_t pool) {
   if (status s = check_pool(device, pool); s != status::ok) return s;
-  return devices_[static_cast<size_t>(device)]->empty_pool(pool);
+  // The call that released the segments, where the history keeps it (as empty_cache).
+  const history* h = allocation_history();
+  const uint32_t released_by = h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
+  return devices_[static_cast<size_t>(device)]->empty_pool(pool, released_by);
 }
 
 status allocator::pool_blocks(int device, uint64_t pool, std::vector<void*>* out) {

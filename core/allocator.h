@@ -46,16 +46,9 @@ class allocator final : public fork_participant {
   static status create(const config& cfg, std::unique_ptr<allocator>* out);
   ~allocator();
 
-  status malloc(size_t size, int device, backend::stream_handle stream, void** out);
-  // A host's own rounding of requests (PyTorch's roundup_power2_divisions): `fn(size, context)` gives
-  // the block size for a request, which tracepool rounds up to its 512 bytes; a result below the
-  // request or past max_request leaves tracepool's rounding. Called at each malloc with no lock held;
-  // it must not call the allocator. nullptr: tracepool's rounding alone.
-  using round_fn = size_t (*)(size_t size, void* context);
-  void set_rounding(round_fn fn, void* context) {
-    rounding_context_.store(context, std::memory_order_relaxed);
-    rounding_.store(fn, std::memory_order_release);
-  }
+  // `at_least`: a block size the host's own rounding asks for (PyTorch's roundup_power2_divisions),
+  // which tracepool rounds up to its 512 bytes; below `size` or past max_request it is ignored.
+  status malloc(size_t size, int device, backend::stream_handle stream, void** out, size_t at_least = 0);
   status free(void* ptr);
   status record_stream(void* ptr, backend::stream_handle stream);
   status empty_cache(int device);  // -1: every device
@@ -163,8 +156,6 @@ class allocator final : public fork_participant {
   std::vector<std::unique_ptr<device_cache>> devices_;
   pointer_map live_;
 
-  std::atomic<round_fn> rounding_{nullptr};
-  std::atomic<void*> rounding_context_{nullptr};  // stored before rounding_
   std::atomic<bool> device_inherited_{false};  // a fork child's backend is its parent's (Note [Fork])
 };
 

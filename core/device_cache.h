@@ -60,8 +60,8 @@ class device_cache {
   // capture are recorded first); gives nothing back. For when the last route closes.
   void process_pending();
   // PyTorch's emptyCache(mempool_id): a retired pool's whole free segments go back to the device; a
-  // retained one keeps everything.
-  status empty_pool(uint64_t pool);
+  // retained one keeps everything. `released_by`: as empty_cache's.
+  status empty_pool(uint64_t pool, uint32_t released_by = 0);
   // The addresses of `pool`'s allocated blocks.
   void pool_blocks(uint64_t pool, std::vector<void*>* out);
   // Note [Pool checkpoints] in private_pool.h. The allocated blocks of `pool`, in address order;

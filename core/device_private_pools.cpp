@@ -50,14 +50,15 @@ bool device_cache::retired(const stream_pool* pool) {
 
 // PyTorch's emptyCache(mempool_id): nothing while the pool is retained (a graph may still replay
 // into it, whoever else dropped their use); a retired pool's free memory goes back.
-status device_cache::empty_pool(uint64_t pool) {
+status device_cache::empty_pool(uint64_t pool, uint32_t released_by) {
   if (pool_exists(pool)) return status::ok;
   const capture_gate::pass open(gate_);
   if (!open) return status::ok;  // Note [Capture]: the next empty_cache gives it back
   status result = status::ok;
   for (stream_pool* p : pools_snapshot())
     if (p->pool() == pool)
-      if (status s = release_free_segments(p, /*wait=*/false); s != status::ok && result == status::ok) result = s;
+      if (status s = release_free_segments(p, /*wait=*/false, released_by); s != status::ok && result == status::ok)
+        result = s;
   return result;
 }
 

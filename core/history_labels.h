@@ -48,6 +48,10 @@ class history_labels {
   std::vector<label> table() const;
   static const label& overflow_label();
 
+  // Note [Fork] in base/fork_guard.h: the allocator takes this lock with all of its own.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+
  private:
   struct device_state {
     std::string metadata;

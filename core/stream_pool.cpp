@@ -80,6 +80,7 @@ block* stream_pool::allocate(block* b, size_t rounded, size_t requested, block_t
     rest->next = b->next;
     rest->free_seq = b->free_seq;  // same memory, same last use
     rest->site = b->site;
+    rest->requested = b->requested;  // free memory keeps its last request, as PyTorch's remainder block does
     if (b->next != nullptr) b->next->prev = rest;
     b->next = rest;
     b->size = rounded;

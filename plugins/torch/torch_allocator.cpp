@@ -63,25 +63,21 @@ tracepool_t* instance() {
   return tp;
 }
 
-// Whether PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF, as its
-// parser looks) has a backend key (backend:native, backend:cudaMallocAsync).
+// Whether PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF, which its
+// two parsers read in opposite orders) has a backend key (backend:native, backend:cudaMallocAsync).
 bool names_a_backend() {
-  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  if (conf == nullptr) conf = std::getenv("PYTORCH_ALLOC_CONF");
-  return conf != nullptr && std::strstr(conf, "backend") != nullptr;
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"})
+    if (const char* conf = std::getenv(name); conf != nullptr && std::strstr(conf, "backend") != nullptr) return true;
+  return false;
 }
 
-// PyTorch's roundup_power2_divisions, read at each allocation as PyTorch's allocator reads it: a
-// request between two powers of two is rounded up to the next of that many equal steps between them
-// (divisions taken as a power of two, as PyTorch does); 0, tracepool's own rounding, where none is set.
-size_t pytorch_rounding(size_t size, void*) noexcept {
+// PyTorch's roundup_power2_divisions, read at each allocation as PyTorch's allocator reads it (a
+// configuration PyTorch cannot parse throws here as there): a request between two powers of two is
+// rounded up to the next of that many equal steps between them (divisions taken as a power of two,
+// as PyTorch does); 0, tracepool's own rounding, where none is set.
+size_t pytorch_rounding(size_t size) {
   constexpr size_t min_block = 512;
-  size_t divisions = 0;
-  try {
-    divisions = c10::CachingAllocator::AcceleratorAllocatorConfig::roundup_power2_divisions(size);
-  } catch (...) {
-    return 0;
-  }
+  const size_t divisions = c10::CachingAllocator::AcceleratorAllocatorConfig::roundup_power2_divisions(size);
   if (divisions <= 1 || size <= min_block * divisions || (size & (size - 1)) == 0) return 0;
   const size_t floor = size_t{1} << (63 - __builtin_clzll(size));
   const size_t step = floor >> (63 - __builtin_clzll(divisions));
@@ -292,9 +288,10 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   // PyTorch's CUDA start-up. PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF, and
   // torch.cuda.memory._set_allocator_settings later) is honoured where it shapes what tracepool does:
   // per_process_memory_fraction caps every device from the start (PyTorch's parser, which refuses a
-  // value outside [0, 1], runs at the first read), and roundup_power2_divisions rounds requests
-  // (pytorch_rounding). A configuration that names a backend is not read: PyTorch's parser would stop
-  // the start-up at it (the backend it names is not the allocator in charge, tracepool), so it is told once.
+  // value outside [0, 1], runs at the first read; a device whose size cannot be learnt yet is told of
+  // and left uncapped), and roundup_power2_divisions rounds requests (pytorch_rounding). A
+  // configuration that names a backend is not read: PyTorch's parser would stop the start-up at it
+  // (the backend it names is not the allocator in charge, tracepool), so it is told once.
   void init(int device_count) override {
     devices_ = device_count;
     if (names_a_backend()) {
@@ -302,8 +299,15 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
                            "and stays PyTorch's allocator, and the configuration is not read\n");
     } else {
       if (const double fraction = cca::CUDAAllocatorConfig::per_process_memory_fraction(); fraction < 1.0)
-        for (int d = 0; d < device_count; ++d) setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
-      check(tracepool_set_rounding(instance(), pytorch_rounding, nullptr), "roundup_power2_divisions");
+        for (int d = 0; d < device_count; ++d) {
+          try {
+            setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
+          } catch (const c10::Error& e) {
+            std::fprintf(stderr, "tracepool: per_process_memory_fraction %g not applied to device %d: %s\n", fraction,
+                         d, e.what_without_backtrace());
+          }
+        }
+      round_like_pytorch_.store(true, std::memory_order_relaxed);
     }
     initialized_ = true;
   }
@@ -510,9 +514,10 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void* allocate_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
     tracepool_t* tp = instance();
     void* ptr = nullptr;
+    const size_t rounded = round_like_pytorch_.load(std::memory_order_relaxed) ? pytorch_rounding(size) : 0;
     // Tagged "torch": with CuPy and Numba in the same pool, the report says which runtime asked.
     const bool tagged = tracepool_tag_push("torch") == TRACEPOOL_OK;
-    const int rc = tracepool_malloc(tp, size, device, stream, &ptr);
+    const int rc = tracepool_malloc_rounded(tp, size, rounded, device, stream, &ptr);
     const std::string why = rc == TRACEPOOL_OK ? std::string() : tracepool_last_error();  // before the pop
     if (tagged) (void)tracepool_tag_pop();
     if (rc == TRACEPOOL_OK) {
@@ -561,6 +566,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
 
   std::atomic<bool> caching_{true};        // Note [Caching disabled]
   std::atomic<bool> history_{false};       // recordHistory's
+  std::atomic<bool> round_like_pytorch_{false};  // init read PyTorch's configuration (pytorch_rounding)
   std::atomic<size_t> uncached_count_{0};  // uncached_.size(), read without the lock
   std::atomic<int> devices_{0};
   std::atomic<int64_t> empty_caches_{0};  // torch.cuda.empty_cache() calls, for num_sync_all_streams

@@ -305,6 +305,12 @@ void expect_every_call_refuses(tracepool_t* tp) {
   o.size = sizeof o;
   refused("tracepool_malloc", tracepool_malloc(tp, 64, 0, nullptr, &p));
   EXPECT_EQ(p, nullptr);
+  refused("tracepool_malloc_rounded", tracepool_malloc_rounded(tp, 64, 1024, 0, nullptr, &p));
+  EXPECT_EQ(p, nullptr);
+  refused("tracepool_history_set_metadata", tracepool_history_set_metadata(tp, 0, "m"));
+  refused("tracepool_history_metadata", tracepool_history_metadata(tp, 0, &out));
+  refused("tracepool_history_push_context", tracepool_history_push_context(tp, 0, "c"));
+  refused("tracepool_history_pop_context", tracepool_history_pop_context(tp, 0));
   refused("tracepool_free", tracepool_free(tp, &n, nullptr));
   refused("tracepool_record_stream", tracepool_record_stream(tp, &n, nullptr));
   refused("tracepool_empty_cache", tracepool_empty_cache(tp, 0));

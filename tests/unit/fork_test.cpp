@@ -26,7 +26,16 @@ using testing::host_allocator;
 using testing::stats_of;
 
 // Child exit codes, so the parent can say what went wrong.
-enum child_result { child_ok = 0, child_malloc = 10, child_free, child_validate, child_report, child_tag, child_capi };
+enum child_result {
+  child_ok = 0,
+  child_malloc = 10,
+  child_free,
+  child_validate,
+  child_report,
+  child_tag,
+  child_capi,
+  child_labels
+};
 
 // What a forked child does with the state it inherited: all of it must work, and quickly.
 int child_work(allocator& a, bool with_report) {
@@ -40,6 +49,10 @@ int child_work(allocator& a, bool with_report) {
     if (a.free(p) != status::ok) return child_free;
   if (a.validate() != status::ok) return child_validate;
   if (push_tag("child") != status::ok || pop_tag() != status::ok) return child_tag;
+  // The history's labels (PyTorch's compile contexts, pushed and popped by the parent's threads).
+  if (a.labels().push_context(0, "child") != status::ok || a.labels().pop_context(0) != status::ok ||
+      a.labels().set_metadata(0, "child") != status::ok || a.labels().table().empty())
+    return child_labels;
   report r;  // symbolizes on a thread of the child's own (the parent's is not there)
   if (with_report && (build_report(a, "demand", &r) != status::ok || to_text(r).empty())) return child_report;
   // The library's own default instance and its locks (libtracepool.so has its own copy of core).
@@ -87,9 +100,11 @@ TEST(Fork, ChildrenOfABusyProcessNeverHangAndInheritAConsistentPool) {
     while (!stop.load(std::memory_order_relaxed)) {
       void* p = nullptr;
       (void)push_tag(seed % 2 ? "odd" : "even");
+      (void)a->labels().push_context(0, seed % 2 ? "Torch-Compiled Region: 1/0" : "Torch-Compiled Region: 0/0");
       if (a->malloc(1 + rng() % (3u << 20), 0, reinterpret_cast<void*>(uintptr_t{4096} * (1 + seed % 2)), &p) ==
           status::ok)
         mine.push_back(p);
+      (void)a->labels().pop_context(0);
       (void)pop_tag();
       if (mine.size() > 16 || rng() % 3 == 0) {
         if (!mine.empty()) {

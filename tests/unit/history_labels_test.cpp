@@ -66,7 +66,9 @@ TEST(HistoryLabels, EachEventCarriesItsDevicesMetadataAndInnermostContext) {
                       "alloc  Torch-Compiled Region: 0/0", "free_requested  Torch-Compiled Region: 0/0",
                       "free_completed  Torch-Compiled Region: 0/0",
                       "alloc  N/A", "free_requested  N/A", "free_completed  N/A"}));
-  for (const std::string& e : labelled_trace(tp, 1)) EXPECT_EQ(e.substr(e.find(' ')), "  N/A") << e;
+  const std::vector<std::string> one = labelled_trace(tp, 1);
+  ASSERT_FALSE(one.empty());
+  for (const std::string& e : one) EXPECT_EQ(e.substr(e.find(' ')), "  N/A") << e;
   char* metadata = nullptr;
   ASSERT_EQ(tracepool_history_metadata(tp, 0, &metadata), TRACEPOOL_OK);
   EXPECT_STREQ(metadata, "");

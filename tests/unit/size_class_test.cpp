@@ -36,43 +36,36 @@ TEST(SizeClass, SplitKeepsUsefulRemaindersOnly) {
 
 // A host's own rounding (PyTorch's roundup_power2_divisions): the block takes the size it asks for,
 // rounded to 512 bytes; requested bytes stay what the caller asked; an answer below the request or past
-// the largest request leaves tracepool's rounding, and none restores it.
+// the largest request leaves tracepool's rounding.
 TEST(SizeClass, AHostsRoundingSetsTheBlockSizeAndNotTheRequestedBytes) {
   auto a = testing::host_allocator();
-  size_t answer = 0;
-  a->set_rounding([](size_t, void* context) { return *static_cast<size_t*>(context); }, &answer);
   const size_t request = (84u << 20) + 100;
-  const struct { size_t answer, block; } table[] = {
-      {96u << 20, 96u << 20},             // PyTorch's four divisions between 64 and 128 MiB
-      {(96u << 20) + 1, (96u << 20) + 512},  // rounded to tracepool's 512 bytes
+  const struct { size_t rounded, block; } table[] = {
+      {96u << 20, 96u << 20},                 // PyTorch's four divisions between 64 and 128 MiB
+      {(96u << 20) + 1, (96u << 20) + 512},   // rounded to tracepool's 512 bytes
       {0, (84u << 20) + 512},                 // below the request: tracepool's rounding
       {max_request + 1, (84u << 20) + 512},   // past the largest request: tracepool's rounding
   };
   for (const auto& row : table) {
-    answer = row.answer;
     void* p = nullptr;
-    ASSERT_EQ(a->malloc(request, 0, nullptr, &p), status::ok) << last_error();
+    ASSERT_EQ(a->malloc(request, 0, nullptr, &p, row.rounded), status::ok) << last_error();
     const device_stats s = testing::stats_of(*a);
-    EXPECT_EQ(testing::current(s, stat_kind::allocated_bytes), static_cast<int64_t>(row.block)) << row.answer;
-    EXPECT_EQ(testing::current(s, stat_kind::requested_bytes), static_cast<int64_t>(request)) << row.answer;
+    EXPECT_EQ(testing::current(s, stat_kind::allocated_bytes), static_cast<int64_t>(row.block)) << row.rounded;
+    EXPECT_EQ(testing::current(s, stat_kind::requested_bytes), static_cast<int64_t>(request)) << row.rounded;
     ASSERT_EQ(a->free(p), status::ok);
   }
   tracepool_t* tp = nullptr;
   ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
-  ASSERT_EQ(tracepool_set_rounding(tp, [](size_t size, void*) { return size * 2; }, nullptr), TRACEPOOL_OK);
   void* p = nullptr;
-  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
+  ASSERT_EQ(tracepool_malloc_rounded(tp, 4096, 8192, 0, nullptr, &p), TRACEPOOL_OK);
   tracepool_stats_t st{};
   st.size = sizeof st;
   ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
   EXPECT_EQ(st.allocated_bytes.current, 8192);
+  EXPECT_EQ(st.requested_bytes.current, 4096);
   ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
-  ASSERT_EQ(tracepool_set_rounding(tp, nullptr, nullptr), TRACEPOOL_OK);
-  ASSERT_EQ(tracepool_malloc(tp, 4096, 0, nullptr, &p), TRACEPOOL_OK);
-  ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
-  EXPECT_EQ(st.allocated_bytes.current, 4096) << "none: tracepool's rounding again";
-  ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
-  EXPECT_EQ(tracepool_set_rounding(nullptr, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_malloc_rounded(tp, 4096, 8192, 0, nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tracepool_malloc_rounded(tp, max_request + 1, 0, 0, nullptr, &p), TRACEPOOL_ERR_INVALID_ARGUMENT);
   tracepool_destroy(tp);
 }
 

@@ -103,6 +103,11 @@ TRACEPOOL_API void tracepool_destroy(tracepool_t* tp);
 /* Device memory of at least `size` bytes, aligned to 256 bytes or more, usable in stream order on
  * `stream`. size 0 gives *out = NULL and TRACEPOOL_OK. */
 TRACEPOOL_API int tracepool_malloc(tracepool_t* tp, size_t size, int device, void* stream, void** out);
+/* tracepool_malloc with the host's own rounding (PyTorch's roundup_power2_divisions): the block is
+ * `rounded` bytes, rounded up to tracepool's 512, where that is more than `size` and no more than the
+ * largest request; otherwise tracepool's rounding. The caller's request (statistics, reports) stays `size`. */
+TRACEPOOL_API int tracepool_malloc_rounded(tracepool_t* tp, size_t size, size_t rounded, int device, void* stream,
+                                           void** out);
 /* Returns a block to the cache; it is reusable at once on the stream it was allocated on, and on
  * other streams once the work submitted there before the free has completed. NULL is a no-op.
  * `stream` is accepted for symmetry and ignored: the block remembers its allocation stream.
@@ -219,13 +224,6 @@ TRACEPOOL_API void tracepool_pool_checkpoint_free(tracepool_pool_checkpoint_t* c
 #define TRACEPOOL_HISTORY_NO_FREE_SITES 4
 #define TRACEPOOL_HISTORY_FREEING_SITES 8
 TRACEPOOL_API int tracepool_record_history(tracepool_t* tp, size_t max_entries, int flags);
-/* A host's own rounding of requests (PyTorch's roundup_power2_divisions): fn(size, context) gives the
- * block size for a request of `size` bytes, which tracepool rounds up to its 512 bytes; a result below
- * the request, or past the largest request, leaves tracepool's rounding. It is called at each
- * allocation with no tracepool lock held and must not call tracepool. fn NULL: tracepool's rounding
- * alone. */
-typedef size_t (*tracepool_round_fn)(size_t size, void* context);
-TRACEPOOL_API int tracepool_set_rounding(tracepool_t* tp, tracepool_round_fn fn, void* context);
 /* Labels on the history's events (PyTorch's torch.cuda.memory._set_memory_metadata and its compile
  * contexts): every event recorded on `device` carries the user metadata the device has then and the
  * innermost of its compile contexts (PyTorch's snapshot: user_metadata, compile_context). They are kept
