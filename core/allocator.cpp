@@ -96,6 +96,13 @@ void allocator::unlock_after_fork(bool child) {
   labels_.unlock_after_fork();
 }
 
+// The call site of a free or a release (empty_cache, a pool's empty), where the history keeps it
+// (block_event::freed_at, segment_event::freed_at); else 0, and nothing is captured.
+uint32_t allocator::freeing_site() {
+  const history* h = allocation_history();
+  return h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
+}
+
 status allocator::check_device(int device) const {
   if (device >= 0 && device < device_count()) return status::ok;
   return fail(status::invalid_device, "device %d does not exist: the %s backend has %d device(s)", device,
@@ -149,9 +156,7 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
 
 status allocator::free(void* ptr) {
   if (ptr == nullptr) return status::ok;
-  // The call site that frees, where the history keeps it: captured before any lock, as at malloc.
-  const history* h = allocation_history();
-  const uint32_t freed_at = h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
+  const uint32_t freed_at = freeing_site();  // before any lock, as at malloc
   block* b = live_.take(ptr);
   if (b == nullptr) return reject_free(ptr);
   // Ours alone until the pool has it: no other thread touches these fields. Told before the pool
@@ -225,9 +230,7 @@ status allocator::for_devices(int device, Fn&& fn) {
 }
 
 status allocator::empty_cache(int device) {
-  // The call that released the segments, where the history keeps it (segment_event::freed_at).
-  const history* h = allocation_history();
-  const uint32_t released_by = h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
+  const uint32_t released_by = freeing_site();
   status first = status::ok;
   const status s = for_devices(device, [&](device_cache& d) {
     if (status e = d.empty_cache(/*wait=*/false, released_by); e != status::ok && first == status::ok) first = e;
@@ -326,10 +329,7 @@ status allocator::pool_use_count(int device, uint64_t pool, int* out) {
 
 status allocator::empty_pool(int device, uint64_t pool) {
   if (status s = check_pool(device, pool); s != status::ok) return s;
-  // The call that released the segments, where the history keeps it (as empty_cache).
-  const history* h = allocation_history();
-  const uint32_t released_by = h != nullptr && h->wants_freeing_sites() ? tracer_->capture_site() : 0;
-  return devices_[static_cast<size_t>(device)]->empty_pool(pool, released_by);
+  return devices_[static_cast<size_t>(device)]->empty_pool(pool, freeing_site());
 }
 
 status allocator::pool_blocks(int device, uint64_t pool, std::vector<void*>* out) {

@@ -142,6 +142,7 @@ class allocator final : public fork_participant {
   status for_devices(int device, Fn&& fn);
 
   status check_pool(int device, uint64_t pool) const;
+  uint32_t freeing_site();
 
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;

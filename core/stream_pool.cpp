@@ -283,10 +283,11 @@ void stream_pool::collect(std::vector<block_record>* out) const {
         for (const block* r = b; r != nullptr && r->state != block_state::unmapped; r = r->next) run_size += r->size;
       }
       const bool live = b->state == block_state::allocated, pending = b->state == block_state::pending_free;
-      const size_t requested = live || pending ? b->requested : 0;
-      out->push_back(block_record{b->site, b->birth, b->size, requested, live, b->counted_split, pending, s->kind,
-                                  reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(run->ptr), run_size,
-                                  reinterpret_cast<uintptr_t>(stream_), pool_, s->growable(), b->requested - requested});
+      const bool active = live || pending;
+      out->push_back(block_record{b->site, b->birth, b->size, active ? b->requested : 0, live, b->counted_split, pending,
+                                  s->kind, reinterpret_cast<uintptr_t>(b->ptr), reinterpret_cast<uintptr_t>(run->ptr),
+                                  run_size, reinterpret_cast<uintptr_t>(stream_), pool_, s->growable(),
+                                  active ? 0 : b->requested});
     }
   }
 }
