@@ -249,6 +249,23 @@ int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes) {
   });
 }
 
+int tracepool_set_capture_reuse(tracepool_t* tp, int on) {
+  return guarded("tracepool_set_capture_reuse", [&] {
+    if (status s = check_handle(tp, "tracepool_set_capture_reuse"); s != status::ok) return s;
+    tp->impl->set_capture_reuse(on != 0);
+    return status::ok;
+  });
+}
+
+int tracepool_capture_reuse(tracepool_t* tp, int* out) {
+  return guarded("tracepool_capture_reuse", [&] {
+    if (status s = check_handle(tp, "tracepool_capture_reuse"); s != status::ok) return s;
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_capture_reuse: out is NULL");
+    *out = tp->impl->capture_reuse() ? 1 : 0;
+    return status::ok;
+  });
+}
+
 int tracepool_pool_begin(tracepool_t* tp, int device, uint64_t pool, tracepool_pool_filter_fn filter, void* context,
                          void (*release)(void* context)) {
   return guarded("tracepool_pool_begin", [&] {

@@ -63,6 +63,7 @@ allocator::allocator(const config& cfg, std::unique_ptr<backend::backend> be, st
     (void)observers_.subscribe(history_.get());
   }
   history_view_.store(history_.get(), std::memory_order_release);
+  gate_.set_reuse_in_capture(cfg.capture_reuse);
   const bool growable = cfg.segments == segment_choice::growable ||
                         (cfg.segments == segment_choice::automatic && std::strcmp(backend_->name(), "cuda") == 0);
   for (int d = 0; d < backend_->device_count(); ++d)

@@ -56,6 +56,10 @@ class allocator final : public fork_participant {
   status reset_peak(int device);
   status reset_accumulated(int device);
   status set_limit(int device, size_t bytes);
+  // Whether record_stream blocks freed during a capture are reused inside it where the graph allows
+  // (Note [Reuse inside a capture] in stream_reuse.h); starts as TRACEPOOL_CONF's capture_reuse.
+  void set_capture_reuse(bool on) { gate_.set_reuse_in_capture(on); }
+  bool capture_reuse() const { return gate_.reuses_in_capture(); }
   status memory_info(int device, size_t* free_bytes, size_t* total_bytes);
   // backend::processes (report time): false, with the reason in *why, for a bad device too.
   bool processes(int device, std::vector<backend::process_usage>* out, std::string* why);

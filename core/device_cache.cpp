@@ -337,6 +337,7 @@ status device_cache::free(block* b, bool* taken, uint32_t freed_at) {
 void device_cache::process_pending() {
   for (stream_pool* pool : pools_snapshot()) {
     std::lock_guard<std::mutex> lock(pool->mutex());
+    pool->forget_graph();
     pool->process_pending(/*wait=*/false, /*stream_alive=*/false);
   }
 }

@@ -57,7 +57,8 @@ class device_cache {
   int pool_use_count(uint64_t pool);
   bool pool_exists(uint64_t pool);
   // Finishes every pool's pending record_stream frees that can be (events of frees made during a
-  // capture are recorded first); gives nothing back. For when the last route closes.
+  // capture are recorded first); gives nothing back; drops what was read of the captures' graphs.
+  // For when the last route closes.
   void process_pending();
   // PyTorch's emptyCache(mempool_id): a retired pool's whole free segments go back to the device; a
   // retained one keeps everything. `released_by`: as empty_cache's.

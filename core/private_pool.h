@@ -142,11 +142,17 @@ class capture_gate {
   // In a forked child: the passes of the parent's other threads went with them (Note [Fork]).
   void forget_passes() { in_flight_.store(0, std::memory_order_seq_cst); }
 
+  // Whether a record_stream block freed during a capture may be reused inside it once the graph allows
+  // (Note [Reuse inside a capture] in stream_reuse.h). Off by default, as in PyTorch.
+  bool reuses_in_capture() const { return reuse_in_capture_.load(std::memory_order_relaxed); }
+  void set_reuse_in_capture(bool on) { reuse_in_capture_.store(on, std::memory_order_relaxed); }
+
  private:
   // On lines of their own: open_routes_ is read by every allocation and free, in_flight_ written by
   // passes; neither may share a line with anything written often.
   alignas(64) std::atomic<int> open_routes_{0};
   alignas(64) mutable std::atomic<int> in_flight_{0};
+  std::atomic<bool> reuse_in_capture_{false};  // read at frees and allocations during captures only
 };
 
 // The open routes of one allocator. Locking: mutex_ is taken alone, before any allocator lock.

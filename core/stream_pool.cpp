@@ -157,7 +157,7 @@ status stream_pool::free(block* b) {
 void stream_pool::process_pending(bool wait, bool stream_alive) {
   if (!reuse_.has_pending()) return;
   std::vector<block*> ready;
-  reuse_.collect_ready(&ready, wait);
+  reuse_.collect_ready(&ready, wait, stream_alive);
   for (block* b : ready) release_to_free_list(b, stream_alive);
 }
 

@@ -58,6 +58,8 @@ class stream_pool {
   // `stream_alive`: the caller is allocating on this pool's stream (see stream_reuse::on_free).
   void process_pending(bool wait, bool stream_alive);
   bool has_pending() const { return reuse_.has_pending(); }
+  // No capture is running any more: what was read of their graphs is dropped (stream_reuse).
+  void forget_graph() { reuse_.forget_graph(); }
   // In a forked child that cannot use its parent's device state (Note [Fork]): pending frees finish
   // and record_stream uses are forgotten, with no backend call.
   void forget_device_work();

@@ -71,11 +71,39 @@ status stream_reuse::record_uses(pending_block* p) {
 }
 
 status stream_reuse::defer_free(block* b) {
-  pending_block p{b, {}, true};
-  if (const capture_gate::pass open(gate_); open)
+  pending_block p{b, {}, true, 0, {}};
+  if (const capture_gate::pass open(gate_); open) {
     if (status s = record_uses(&p); s != status::ok) return s;
+  } else if (gate_.reuses_in_capture()) {
+    mark_last_uses(&p);
+  }
   pending_.push_back(std::move(p));
   return status::ok;
+}
+
+// The frontier of the pool's stream and of each stream the block was used on, all in one capture
+// (Note [Reuse inside a capture]); no markers where that cannot be said.
+void stream_reuse::mark_last_uses(pending_block* p) {
+  std::vector<backend::graph_node> frontier;
+  bool first = true;
+  auto add = [&](backend::stream_handle s) {
+    bool capturing = false;
+    uint64_t capture = 0;
+    if (backend_.capture_frontier(device_, s, &capturing, &capture, &frontier) != status::ok || !capturing) return false;
+    if (first) p->capture = capture;
+    first = false;
+    if (capture != p->capture) return false;
+    p->markers.insert(p->markers.end(), frontier.begin(), frontier.end());
+    return true;
+  };
+  try {
+    bool marked = add(stream_);
+    for (size_t i = 0; marked && i < p->b->stream_uses->size(); ++i) marked = add((*p->b->stream_uses)[i]);
+    if (marked && !p->markers.empty()) return;
+  } catch (const std::bad_alloc&) {
+  }
+  p->markers.clear();  // waits for the capture's end
+  p->capture = 0;
 }
 
 void stream_reuse::forget_device_work(std::vector<block*>* ready) {
@@ -85,9 +113,12 @@ void stream_reuse::forget_device_work(std::vector<block*>* ready) {
   safe_seq_ = free_seq_;
 }
 
-void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait) {
+void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait, bool stream_alive) {
   const capture_gate::pass open(gate_);
-  if (!open) return;
+  if (!open) {
+    if (stream_alive) collect_safe_in_capture(ready);
+    return;
+  }
   size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     pending_block& p = pending_[i];
@@ -110,6 +141,58 @@ void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait) {
     }
   }
   pending_.resize(kept);
+}
+
+// Pending blocks of this capture whose markers all precede this stream's frontier.
+void stream_reuse::collect_safe_in_capture(std::vector<block*>* ready) {
+  bool any = false;
+  for (const pending_block& p : pending_) any = any || !p.markers.empty();
+  if (!any) return;
+  bool capturing = false;
+  uint64_t capture = 0;
+  std::vector<backend::graph_node> frontier;
+  try {
+    if (backend_.capture_frontier(device_, stream_, &capturing, &capture, &frontier) != status::ok || !capturing) return;
+    if (capture != visited_capture_) {
+      forget_graph();
+      visited_capture_ = capture;
+    }
+    if (!walk_ancestors(frontier)) return;
+    ready->reserve(ready->size() + pending_.size());
+  } catch (const std::bad_alloc&) {
+    forget_graph();
+    return;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    pending_block& p = pending_[i];
+    bool safe = !p.markers.empty() && p.capture == capture;
+    for (size_t m = 0; safe && m < p.markers.size(); ++m) safe = visited_.count(p.markers[m]) != 0;
+    if (safe) {
+      ready->push_back(p.b);  // reserved: cannot throw
+    } else {
+      if (kept != i) pending_[kept] = std::move(p);
+      ++kept;
+    }
+  }
+  pending_.resize(kept);
+}
+
+// Adds every ancestor of `from` (and `from`) to visited_, stopping at nodes walked before: they are
+// there with all their ancestors. On failure visited_ is dropped, so that it stays closed.
+bool stream_reuse::walk_ancestors(const std::vector<backend::graph_node>& from) {
+  std::vector<backend::graph_node> todo(from), parents;
+  while (!todo.empty()) {
+    backend::graph_node n = todo.back();
+    todo.pop_back();
+    if (!visited_.insert(n).second) continue;
+    if (backend_.node_dependencies(device_, n, &parents) != status::ok) {
+      forget_graph();
+      return false;
+    }
+    todo.insert(todo.end(), parents.begin(), parents.end());
+  }
+  return true;
 }
 
 }  // namespace tracepool::core

@@ -21,10 +21,35 @@
 // whole segments. Releasing segments to the device needs no fence: cuMemFree synchronizes.
 // While the capture gate is closed (Note [Capture] in private_pool.h) no event is recorded, queried
 // or waited for: frees are not fenced, and record_stream frees stay pending, with their events
-// recorded once the gate opens.
+// recorded once the gate opens (or, where the capture's graph allows it, reused inside the capture:
+// Note [Reuse inside a capture]).
+//
+// Note [Reuse inside a capture]
+// Rationale: a record_stream block freed during a capture cannot take events (Note [Capture]), so it
+// stays pending until the capture ends, and a long capture that frees such blocks again and again
+// holds all of them. Within a capture no event is needed: the graph itself says what runs after what.
+// PyTorch's graph_capture_record_stream_reuse (off by default) reuses such a block inside the capture
+// once the graph orders every later use after its last ones; tracepool does the same when
+// capture_reuse is on (TRACEPOOL_CONF capture_reuse:on, tracepool_set_capture_reuse; the PyTorch
+// plugin follows PyTorch's setting at each beginAllocateToPool).
+// Approach:
+//   - At the free, the block's markers: the capture frontier (the nodes the stream's next work will
+//     depend on) of its pool's stream and of every stream it was used on. If one of them is not
+//     capturing, or captures another graph, or the frontiers are all empty, it has none and waits for
+//     the capture's end as before.
+//   - At an allocation on the pool's stream in the same capture: the ancestors of that stream's
+//     frontier, walked back through the nodes' dependencies. A block whose markers are all among them
+//     is free again: everything the stream submits from now on depends on the frontier, which runs
+//     after each marker, which ran after the block's last use on its stream. No event is recorded.
+//   - The walked nodes are kept for the capture (ancestors never change: a captured node's
+//     dependencies are fixed when it is added), so each node is read once, and dropped when the gate
+//     opens. A failed read drops them all, and the blocks stay pending: never unsafe.
+// Limits: a block is reused only on its pool's stream, as outside captures. Only the graph is read
+// (cuStreamGetCaptureInfo, cuGraphNodeGetDependencies), which no capture mode forbids.
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
@@ -54,7 +79,14 @@ class stream_reuse {
   status defer_free(block* b);
   bool has_pending() const { return !pending_.empty(); }
   // Moves the blocks whose events have all completed into `ready`; blocks until then if `wait`.
-  void collect_ready(std::vector<block*>* ready, bool wait);
+  // During a capture, with `stream_alive` (the caller allocates on this pool's stream), the blocks
+  // the graph has made safe instead (Note [Reuse inside a capture]).
+  void collect_ready(std::vector<block*>* ready, bool wait, bool stream_alive);
+  // The gate opened: what was walked of the captures' graphs is dropped.
+  void forget_graph() {
+    visited_.clear();
+    visited_capture_ = 0;
+  }
 
   // In a forked child whose backend is the parent's (Note [Fork]): the child can neither see nor
   // wait for device work, so every pending block goes into `ready`, every free counts as complete,
@@ -67,8 +99,13 @@ class stream_reuse {
     block* b;
     std::vector<backend::event_handle> events;
     bool deferred;  // freed while the gate was closed: its events are not recorded yet
+    uint64_t capture = 0;                     // the capture the markers are nodes of
+    std::vector<backend::graph_node> markers;  // Note [Reuse inside a capture]; empty: none
   };
   status record_uses(pending_block* p);
+  void mark_last_uses(pending_block* p);
+  void collect_safe_in_capture(std::vector<block*>* ready);
+  bool walk_ancestors(const std::vector<backend::graph_node>& from);
   status poll_fence();
   void maintain_fence();
 
@@ -86,6 +123,8 @@ class stream_reuse {
   uint32_t frees_until_check_ = 0;
   int64_t last_poll_ns_ = 0;
   std::vector<pending_block> pending_;
+  uint64_t visited_capture_ = 0;  // the capture visited_ belongs to
+  std::unordered_set<backend::graph_node> visited_;  // nodes walked back from this stream's frontier: closed under dependencies
 };
 
 }  // namespace tracepool::core

@@ -36,6 +36,7 @@ namespace tracepool::backend {
 
 using stream_handle = void*;  // cudaStream_t / CUstream; nullptr is the legacy default stream
 using event_handle = void*;   // backend-owned; taken by record_event, given back by return_event
+using graph_node = void*;     // CUgraphNode: a node of a graph being captured
 
 // One process's memory on a device, as the driver's management library sees it (Note [Where the
 // memory went] in core/report/device_memory.cpp).
@@ -80,6 +81,18 @@ class backend {
   virtual status synchronize_event(int device, event_handle event) noexcept = 0;
   // Gives the event back to the pool; it must not be used again.
   virtual void return_event(int device, event_handle event) noexcept = 0;
+
+  // ---- A graph being captured (Note [Reuse inside a capture] in core/stream_reuse.h) ----
+  // Both only read the graph: a capture survives them, whatever its mode. Backends that cannot read
+  // a capture fail them with status::unavailable (the default).
+  //
+  // Whether `stream` is capturing now (an invalidated capture is not); if so, *capture is the
+  // capture's id (unique in the process) and *frontier the nodes the next work submitted to `stream`
+  // will depend on (*frontier is replaced; empty when not capturing).
+  virtual status capture_frontier(int device, stream_handle stream, bool* capturing, uint64_t* capture,
+                                  std::vector<graph_node>* frontier) noexcept;
+  // The nodes `node`, of a graph being captured on `device`, depends on (*out is replaced).
+  virtual status node_dependencies(int device, graph_node node, std::vector<graph_node>* out) noexcept;
 
   // ---- Virtual memory: address ranges backed page by page (growable segments, issue 18) ----
   // A range is reserved once and backed by device memory in pieces: map() backs a piece of pages, and
@@ -128,7 +141,14 @@ class backend {
   // record_event on a capturing stream. allocate is allowed: the CUDA backend makes it in relaxed
   // mode (Note [Capture-safe calls] in cuda_backend.cpp).
   virtual status begin_capture(int device, stream_handle stream) noexcept;
+  // Ends the capture `stream` began, for every stream that joined it.
   virtual status end_capture(int device, stream_handle stream) noexcept;
+  // In an emulated capture, the graph's shape (host backend only): capture_work adds a node for work
+  // submitted to capturing `stream`, after its frontier, and makes it the frontier; capture_join is
+  // `waiter` waiting for an event recorded on capturing `waited` (cudaStreamWaitEvent): the waiter joins
+  // the capture if it was not in it, and its frontier gains waited's.
+  virtual status capture_work(int device, stream_handle stream) noexcept;
+  virtual status capture_join(int device, stream_handle waiter, stream_handle waited) noexcept;
 };
 
 // Options of the host backend: base/config.h (host_options), since TRACEPOOL_CONF sets them.
@@ -137,11 +157,12 @@ using core::host_options;
 std::unique_ptr<backend> make_host_backend(const host_options& options);
 
 // What a host backend has done, for tests. Fallible calls: allocate, release, event creation (inside
-// record_event, when its pool is empty), record_event, query_event, synchronize_event.
+// record_event, when its pool is empty), record_event, query_event, synchronize_event, and the graph
+// reads (capture_frontier, node_dependencies).
 struct host_ledger {
-  static constexpr int kinds = 6;
-  static constexpr const char* kind_names[kinds] = {"allocate",     "release",     "event creation",
-                                                    "record_event", "query_event", "synchronize_event"};
+  static constexpr int kinds = 7;
+  static constexpr const char* kind_names[kinds] = {"allocate",    "release",           "event creation", "record_event",
+                                                    "query_event", "synchronize_event", "graph read"};
   size_t calls = 0;               // fallible calls so far
   size_t faults = 0;              // of them, failed by injection (fail_alloc, fail_call, fail_above)
   size_t faults_by_kind[kinds] = {};  // fail_call's, by kind

@@ -78,6 +78,8 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
   X(ctx_synchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                        \
   X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
   X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
+  X(stream_get_capture_info, cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v11030)   \
+  X(graph_node_get_dependencies, cuGraphNodeGetDependencies, PFN_cuGraphNodeGetDependencies_v10000) \
   X(device_get_attribute, cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)            \
   X(device_can_access_peer, cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000)       \
   X(mem_get_granularity, cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
@@ -454,6 +456,50 @@ class cuda_backend final : public backend {
   status synchronize_device(int device) noexcept override {
     return with_context(device, "cuCtxSynchronize", [&] {
       return check(api_.ctx_synchronize(), "cuCtxSynchronize on device %d", device);
+    });
+  }
+
+  // Reading a graph under capture is allowed in every capture mode (PyTorch's allocator does the same
+  // for graph_capture_record_stream_reuse). An edge with data (programmatic dependent launch) makes the
+  // CUDA 12.0 entry points fail with CUDA_ERROR_LOSSY_QUERY: the caller then treats the block as not
+  // yet safe, which is never wrong.
+  status capture_frontier(int device, stream_handle stream, bool* capturing, uint64_t* capture,
+                          std::vector<graph_node>* frontier) noexcept override {
+    return with_context(device, "cuStreamGetCaptureInfo", [&] {
+      CUstreamCaptureStatus state = CU_STREAM_CAPTURE_STATUS_NONE;
+      cuuint64_t id = 0;
+      CUgraph graph = nullptr;
+      const CUgraphNode* nodes = nullptr;
+      size_t count = 0;
+      CUresult r = api_.stream_get_capture_info(static_cast<CUstream>(stream), &state, &id, &graph, &nodes, &count);
+      if (r != CUDA_SUCCESS) return check(r, "cuStreamGetCaptureInfo(stream %p) on device %d", stream, device);
+      *capturing = state == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+      *capture = *capturing ? id : 0;
+      try {
+        if (*capturing && count != 0) frontier->assign(nodes, nodes + count);
+        else frontier->clear();
+      } catch (const std::bad_alloc&) {
+        return fail(status::internal, "cuStreamGetCaptureInfo: host memory exhausted");
+      }
+      return status::ok;
+    });
+  }
+
+  status node_dependencies(int device, graph_node node, std::vector<graph_node>* out) noexcept override {
+    return with_context(device, "cuGraphNodeGetDependencies", [&] {
+      auto n = static_cast<CUgraphNode>(node);
+      size_t count = 0;
+      CUresult r = api_.graph_node_get_dependencies(n, nullptr, &count);
+      try {
+        out->resize(r == CUDA_SUCCESS ? count : 0);
+      } catch (const std::bad_alloc&) {
+        return fail(status::internal, "cuGraphNodeGetDependencies: host memory exhausted");
+      }
+      if (r == CUDA_SUCCESS && count != 0)
+        r = api_.graph_node_get_dependencies(n, reinterpret_cast<CUgraphNode*>(out->data()), &count);
+      if (r != CUDA_SUCCESS) return check(r, "cuGraphNodeGetDependencies(node %p) on device %d", node, device);
+      out->resize(count);  // no larger than before: cannot throw
+      return status::ok;
     });
   }
 

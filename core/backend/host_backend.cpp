@@ -1,7 +1,9 @@
 // host_backend.cpp: devices, streams and events emulated in host memory, deterministically.
 //
 // Memory is anonymous mmap (untouched pages cost nothing, so a device of many GiB is cheap to
-// emulate); each device has a fixed capacity. A stream is any handle value. Work never runs, it only
+// emulate); each device has a fixed capacity. A stream is any handle value. Captures are emulated as
+// far as the allocator reads them: which streams capture which graph, and the graph's nodes and
+// dependencies, which a test shapes with capture_work and capture_join. Work never runs, it only
 // waits: an event completes as soon as no hold (hold_stream) placed on its stream before it is still
 // held, so a test decides exactly when a freed block's "last use" finishes. Recording an event on a
 // destroyed stream aborts, as a driver may crash there. Faults: fail the k-th allocate() call, or
@@ -13,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -304,16 +307,83 @@ class host_backend final : public backend {
   status begin_capture(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = use(device); s != status::ok) return s;
-    if (!capturing_.insert(key(device, stream)).second)
+    if (capturing_.count(key(device, stream)) != 0)
       return fail(status::invalid_argument, "host backend: stream %p is capturing already", stream);
-    return status::ok;
+    return joined(key(device, stream), capture{++captures_begun_, key(device, stream), {}});
   }
 
   status end_capture(int device, stream_handle stream) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = use(device); s != status::ok) return s;
-    if (capturing_.erase(key(device, stream)) == 0)
-      return fail(status::invalid_argument, "host backend: stream %p is not capturing", stream);
+    auto it = capturing_.find(key(device, stream));
+    if (it == capturing_.end() || it->second.origin != key(device, stream))
+      return fail(status::invalid_argument, "host backend: stream %p began no capture", stream);
+    const uint64_t id = it->second.id;
+    for (auto c = capturing_.begin(); c != capturing_.end();) c = c->second.id == id ? capturing_.erase(c) : std::next(c);
+    return status::ok;
+  }
+
+  status capture_work(int device, stream_handle stream) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = use(device); s != status::ok) return s;
+    auto it = capturing_.find(key(device, stream));
+    if (it == capturing_.end()) return status::ok;  // work outside a capture leaves no node
+    try {
+      node_deps_.push_back(it->second.frontier);
+      it->second.frontier.assign(1, reinterpret_cast<graph_node>(node_deps_.size()));  // node n: deps in node_deps_[n - 1]
+    } catch (const std::bad_alloc&) {
+      return fail(status::internal, "host backend: out of host memory for a graph node");
+    }
+    return status::ok;
+  }
+
+  status capture_join(int device, stream_handle waiter, stream_handle waited) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = use(device); s != status::ok) return s;
+    auto from = capturing_.find(key(device, waited));
+    if (from == capturing_.end()) return status::ok;  // an event outside a capture orders no nodes
+    auto to = capturing_.find(key(device, waiter));
+    if (to == capturing_.end()) return joined(key(device, waiter), from->second);
+    if (to->second.id != from->second.id)
+      return fail(status::invalid_argument, "host backend: streams %p and %p capture different graphs", waiter, waited);
+    try {
+      std::vector<graph_node>& f = to->second.frontier;
+      for (graph_node n : from->second.frontier)
+        if (std::find(f.begin(), f.end(), n) == f.end()) f.push_back(n);
+    } catch (const std::bad_alloc&) {
+      return fail(status::internal, "host backend: out of host memory for a graph node");
+    }
+    return status::ok;
+  }
+
+  status capture_frontier(int device, stream_handle stream, bool* capturing, uint64_t* id,
+                          std::vector<graph_node>* frontier) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = use(device); s != status::ok) return s;
+    if (status s = injected(6); s != status::ok) return s;
+    auto it = capturing_.find(key(device, stream));
+    *capturing = it != capturing_.end();
+    *id = *capturing ? it->second.id : 0;
+    try {
+      if (*capturing) *frontier = it->second.frontier;
+      else frontier->clear();
+    } catch (const std::bad_alloc&) {
+      return fail(status::internal, "host backend: out of host memory for a capture's frontier");
+    }
+    return status::ok;
+  }
+
+  status node_dependencies(int device, graph_node node, std::vector<graph_node>* out) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status s = use(device); s != status::ok) return s;
+    if (status s = injected(6); s != status::ok) return s;
+    const uintptr_t n = reinterpret_cast<uintptr_t>(node);
+    if (n == 0 || n > node_deps_.size()) return fail(status::invalid_argument, "host backend: no graph node %p", node);
+    try {
+      *out = node_deps_[n - 1];
+    } catch (const std::bad_alloc&) {
+      return fail(status::internal, "host backend: out of host memory for a node's dependencies");
+    }
     return status::ok;
   }
 
@@ -328,6 +398,22 @@ class host_backend final : public backend {
  private:
   using stream_key = std::pair<int, stream_handle>;
   static stream_key key(int device, stream_handle s) { return {device, s}; }
+
+  // An emulated capture, as one of its streams sees it.
+  struct capture {
+    uint64_t id;
+    stream_key origin;                 // the stream that began it
+    std::vector<graph_node> frontier;  // what the stream's next work depends on
+  };
+  // `stream` captures `c` from now on. Caller holds mutex_.
+  status joined(stream_key stream, const capture& c) {
+    try {
+      capturing_.emplace(stream, c);
+    } catch (const std::bad_alloc&) {
+      return fail(status::internal, "host backend: out of host memory for a capture");
+    }
+    return status::ok;
+  }
 
   status check(int device) const {
     if (device >= 0 && device < options_.devices) return status::ok;
@@ -428,7 +514,9 @@ class host_backend final : public backend {
   size_t allocate_calls_ = 0;
   size_t events_created_ = 0;
   host_ledger ledger_;
-  std::set<stream_key> capturing_;  // begin_capture without end_capture yet
+  std::map<stream_key, capture> capturing_;      // streams in a capture not yet ended
+  uint64_t captures_begun_ = 0;
+  std::vector<std::vector<graph_node>> node_deps_;  // node n (1-based) depends on node_deps_[n - 1]
   uintptr_t streams_created_ = 0;
   std::map<stream_key, uint64_t> holds_issued_;  // per stream
   std::set<hold*> held_;                         // holds not yet released
@@ -484,6 +572,22 @@ status backend::begin_capture(int, stream_handle) noexcept {
 
 status backend::end_capture(int, stream_handle) noexcept {
   return fail(status::unavailable, "the %s backend does not emulate stream capture", name());
+}
+
+status backend::capture_work(int, stream_handle) noexcept {
+  return fail(status::unavailable, "the %s backend does not emulate stream capture", name());
+}
+
+status backend::capture_join(int, stream_handle, stream_handle) noexcept {
+  return fail(status::unavailable, "the %s backend does not emulate stream capture", name());
+}
+
+status backend::capture_frontier(int, stream_handle, bool*, uint64_t*, std::vector<graph_node>*) noexcept {
+  return fail(status::unavailable, "the %s backend cannot read a capture's graph", name());
+}
+
+status backend::node_dependencies(int, graph_node, std::vector<graph_node>*) noexcept {
+  return fail(status::unavailable, "the %s backend cannot read a capture's graph", name());
 }
 
 }  // namespace tracepool::backend

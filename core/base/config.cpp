@@ -120,6 +120,8 @@ status apply(const std::string& key, const std::string& value, config* c) {
     int n = 0;
     if (!parse_int(value, 0, 3600000, &n)) return bad_value(key, value, "0 (off) or milliseconds up to 3600000");
     c->auto_mark_ms = static_cast<uint64_t>(n);
+  } else if (key == "capture_reuse") {
+    if (!parse_bool(value, &c->capture_reuse)) return bad_value(key, value, "on or off");
   } else if (key == "oom_report") {
     if (value == "stderr") c->oom_report = true;
     else if (value == "off") c->oom_report = false;
@@ -182,7 +184,8 @@ const char* config_help() {
       "), python_depth (1-256), "
       "capture_depth (1-256), unwinder (auto|libunwind|cfi|boost), sample_bytes (0 or bytes), sample_seed (integer), "
       "history (0: off, or the number of allocator events kept), auto_mark_ms (0: off, or the least milliseconds "
-      "between automatic marks), oom_report (stderr|off)";
+      "between automatic marks), capture_reuse (on|off: reuse record_stream blocks inside a CUDA graph capture), "
+      "oom_report (stderr|off)";
   return help.c_str();
 }
 

@@ -79,6 +79,8 @@ struct config {
   size_t history = 0;                                  // history: allocator events kept (history.h), 0 = off
   uint64_t auto_mark_ms = 100;  // auto_mark_ms: least spacing of automatic marks (Note [Growth without marks]), 0 = off
   bool oom_report = true;                              // oom_report: stderr | off
+  // capture_reuse: on | off; record_stream blocks reused inside a capture (Note [Reuse inside a capture]).
+  bool capture_reuse = false;
 
   // Not a key: set by the C API to an address inside libtracepool.so, so that capture drops the
   // frames of that module (tracepool's own). nullptr: drop nothing (core linked into a test).

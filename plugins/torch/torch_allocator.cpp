@@ -289,7 +289,8 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   // torch.cuda.memory._set_allocator_settings later) is honoured where it shapes what tracepool does:
   // per_process_memory_fraction caps every device from the start (PyTorch's parser, which refuses a
   // value outside [0, 1], runs at the first read; a device whose size cannot be learnt yet is told of
-  // and left uncapped), and roundup_power2_divisions rounds requests (pytorch_rounding). A
+  // and left uncapped), roundup_power2_divisions rounds requests (pytorch_rounding), and
+  // graph_capture_record_stream_reuse is read as each capture's route opens (beginAllocateToPool). A
   // configuration that names a backend is not read: PyTorch's parser would stop the start-up at it
   // (the backend it names is not the allocator in charge, tracepool), so it is told once.
   void init(int device_count) override {
@@ -307,7 +308,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
                          d, e.what_without_backtrace());
           }
         }
-      round_like_pytorch_.store(true, std::memory_order_relaxed);
+      follows_pytorch_config_.store(true, std::memory_order_relaxed);
     }
     initialized_ = true;
   }
@@ -398,6 +399,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t pool, std::function<bool(cudaStream_t)> filter) override {
     tracepool_t* tp = instance();
     const uint64_t key = pool_key(pool);
+    follow_capture_reuse(tp);
     auto* context = new std::function<bool(cudaStream_t)>(std::move(filter));  // the route owns it from here
     const int rc = tracepool_pool_begin(tp, device, key, &run_filter, context, &delete_filter);
     if (rc != TRACEPOOL_OK) delete context;
@@ -407,6 +409,18 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     int uses = 0;
     if (tracepool_pool_use_count(tp, device, key, &uses) == TRACEPOOL_OK && uses == 1)
       tell(tracepool_pool_label(tp, device, key, "CUDA graph"), "beginAllocateToPool");
+  }
+  // PyTorch's graph_capture_record_stream_reuse, read where PyTorch's allocator reads it, as a capture
+  // allocates (Note [Reuse inside a capture] in core/stream_reuse.h). TRACEPOOL_CONF's capture_reuse:on
+  // stays on.
+  void follow_capture_reuse(tracepool_t* tp) {
+    if (!follows_pytorch_config_.load(std::memory_order_relaxed)) return;
+    static const bool configured = [tp] {
+      int on = 0;
+      return tracepool_capture_reuse(tp, &on) == TRACEPOOL_OK && on != 0;
+    }();
+    const bool on = configured || cca::CUDAAllocatorConfig::graph_capture_record_stream_reuse();
+    tell(tracepool_set_capture_reuse(tp, on ? 1 : 0), "beginAllocateToPool");
   }
   // Both also run from destructors (~CUDAGraph via reset, ~MemPool): never throw.
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t pool) noexcept override {
@@ -514,7 +528,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
   void* allocate_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
     tracepool_t* tp = instance();
     void* ptr = nullptr;
-    const size_t rounded = round_like_pytorch_.load(std::memory_order_relaxed) ? pytorch_rounding(size) : 0;
+    const size_t rounded = follows_pytorch_config_.load(std::memory_order_relaxed) ? pytorch_rounding(size) : 0;
     // Tagged "torch": with CuPy and Numba in the same pool, the report says which runtime asked.
     const bool tagged = tracepool_tag_push("torch") == TRACEPOOL_OK;
     const int rc = tracepool_malloc_rounded(tp, size, rounded, device, stream, &ptr);
@@ -566,7 +580,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
 
   std::atomic<bool> caching_{true};        // Note [Caching disabled]
   std::atomic<bool> history_{false};       // recordHistory's
-  std::atomic<bool> round_like_pytorch_{false};  // init read PyTorch's configuration (pytorch_rounding)
+  std::atomic<bool> follows_pytorch_config_{false};  // init read PyTorch's configuration (pytorch_rounding, capture reuse)
   std::atomic<size_t> uncached_count_{0};  // uncached_.size(), read without the lock
   std::atomic<int> devices_{0};
   std::atomic<int64_t> empty_caches_{0};  // torch.cuda.empty_cache() calls, for num_sync_all_streams

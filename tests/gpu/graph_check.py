@@ -28,7 +28,7 @@ faulthandler.enable()  # a crash prints the Python stack
 # capture_end throws before endAllocateToPool), and a MemPool destroyed after that trips an internal
 # assert (captures_underway.empty(), in synchronize_and_free_events): seen on the H200, torch 2.11.
 CHECKS = ("linear_graph", "graphed_mlp_training", "shared_pool", "reduce_overhead", "tree_train_eval",
-          "tree_shapes_kept", "mempool", "oom_observer", "report_pool", "failed_capture")
+          "tree_shapes_kept", "mempool", "oom_observer", "report_pool", "capture_reuse", "failed_capture")
 
 
 def seeded(torch, seed, *shape):
@@ -262,6 +262,53 @@ def check_mempool(torch):
         raise AssertionError("use counts %s, tensor in pool %s, other tensor in pool %s, %d bytes not returned"
                              % (counts, any(in_pool), any(outside_in_pool), back))
     return counts + [value], "use counts %s; tensor in the pool's snapshot, other tensor not; memory returned" % counts
+
+
+def check_capture_reuse(torch):
+    """graph_capture_record_stream_reuse:True over a long capture: 16 steps, each reading the step's
+    1 MiB input on a side stream (record_stream) that joins back before the input is freed. With the
+    option the graph reuses those blocks inside the capture, so the steps take a few addresses, not 16
+    (Note [Reuse inside a capture] in core/stream_reuse.h); replays equal eager."""
+    steps = 16
+
+    def chain(x, acc, side):
+        cur = x * 1.0
+        addresses = set()
+        for i in range(steps):
+            nxt = cur * 0.5 + 1.0
+            addresses.add(nxt.data_ptr())
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                acc[i].copy_(cur.sum())
+            cur.record_stream(side)
+            torch.cuda.current_stream().wait_stream(side)
+            cur = nxt
+        return cur, addresses
+
+    settings = getattr(torch._C, "_accelerator_setAllocatorSettings", None) or torch.cuda.memory._set_allocator_settings
+    settings("graph_capture_record_stream_reuse:True")
+    try:
+        side = torch.cuda.Stream()
+        x = seeded(torch, 21, 1 << 18)
+        acc = torch.zeros(steps, device="cuda")
+        eager_out, _ = chain(x, acc, side)
+        eager = acc.clone()
+        warm_up(torch, lambda: chain(x, acc, side))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out, addresses = chain(x, acc, side)
+        acc.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        if not torch.equal(acc, eager) or not torch.equal(out, eager_out):
+            raise AssertionError("replay differs from eager by %g" % (acc - eager).abs().max().item())
+        if len(addresses) > 4:
+            raise AssertionError("%d steps took %d addresses: the side stream's blocks were not reused inside the "
+                                 "capture" % (steps, len(addresses)))
+        return [acc.double().sum().item(), len(addresses) <= 4], \
+            "%d steps took %d addresses; replay equals eager" % (steps, len(addresses))
+    finally:
+        settings("graph_capture_record_stream_reuse:False")
 
 
 def check_oom_observer(torch):

@@ -441,11 +441,11 @@ if [[ $STEPS == torch_tests ]]; then
   if [[ $PY == python3 ]]; then
     row FAIL "PyTorch's own tests" "no package to test"
   else
-    # First the CUDA-graph trees with a second path (graph_check.py's tree rows, native and tracepool), so
+    # First the CUDA-graph trees with a second path and reuse inside a capture (graph_check.py's rows, native and tracepool), so
     # that a long test run cannot crowd them out.
     if [[ ${TRACEPOOL_TORCH_TESTS_GRAPHS:-1} != 0 ]]; then
-      check_step graph native.1 --allocator native --checks reduce_overhead,tree_train_eval,tree_shapes_kept
-      check_step graph tracepool.1 --allocator tracepool --checks reduce_overhead,tree_train_eval,tree_shapes_kept
+      check_step graph native.1 --allocator native --checks reduce_overhead,tree_train_eval,tree_shapes_kept,capture_reuse
+      check_step graph tracepool.1 --allocator tracepool --checks reduce_overhead,tree_train_eval,tree_shapes_kept,capture_reuse
       while IFS= read -r line; do ROWS+=("$line"); done < <(
         python3 tests/gpu/graph_check.py compare "$WORK"/graph.native.1.json -- "$WORK"/graph.tracepool.1.json 2>&1 \
           | grep -E '^(PASS|FAIL)\|graphs: ' || echo "FAIL|CUDA graphs|graph_check.py compare printed nothing")

@@ -1,6 +1,6 @@
 // The fault sweep (libuv's pattern, extended to every backend call): for k = 1, 2, ... the host
 // backend fails its k-th fallible call (segment allocation and release, event creation, record,
-// query and synchronize) while a fixed workload runs on two streams. Every failure must be a clear
+// query and synchronize, reads of a capture's graph) while a fixed workload runs on two streams. Every failure must be a clear
 // status, the pool must stay consistent, nothing may be lost or leaked, and later operations work.
 #include <gtest/gtest.h>
 
@@ -27,7 +27,7 @@ backend::host_ledger ledger_of(allocator& a) {
 // A fixed workload on two streams whose every round makes each kind of backend call: segments
 // grow and go back (allocate, release), blocks used on the other stream too are freed (event
 // creation and record) and finish pending (query, and synchronize when an out-of-memory retry waits
-// for them).
+// for them); every fourth round captures a graph in which such a block is reused (graph reads).
 class Workload {
  public:
   explicit Workload(allocator& a) : a_(a) {}
@@ -63,6 +63,7 @@ class Workload {
       void* p = nullptr;
       expect_clean(a_.malloc(size_t{1} << 30, 0, stream(1), &p), "malloc beyond the device", status::out_of_memory);
       if (round % 3 == 2) expect_clean(a_.empty_cache(0), "empty_cache");
+      if (round % 4 == 1) capture_round();
       expect_clean(a_.mark(("round " + std::to_string(round)).c_str()), "mark");
     }
   }
@@ -75,6 +76,37 @@ class Workload {
   }
 
   int failed() const { return failed_; }
+
+  static int both_streams(void*, void*) { return 1; }
+
+  // A capture on stream 0 (capture_reuse:on) in which stream 1 reads a block that is then freed and,
+  // once stream 1 has joined back, reused: a failed graph read only leaves it pending until the end.
+  void capture_round() {
+    constexpr uint64_t graph = 99;
+    backend::backend& be = a_.device_backend();
+    ASSERT_EQ(a_.begin_pool(0, graph, &both_streams, nullptr, nullptr), status::ok) << last_error();
+    ASSERT_EQ(be.begin_capture(0, stream(0)), status::ok);
+    void* data = nullptr;
+    const status got = a_.malloc(4096, 0, stream(0), &data);
+    expect_clean(got, "malloc in a capture");
+    if (got == status::ok) {
+      ASSERT_EQ(be.capture_join(0, stream(1), stream(0)), status::ok);
+      ASSERT_EQ(be.capture_work(0, stream(1)), status::ok);
+      expect_clean(a_.record_stream(data, stream(1)), "record_stream in a capture");
+      status freed = a_.free(data);
+      expect_clean(freed, "free in a capture");
+      if (freed != status::ok) expect_clean(freed = a_.free(data), "free in a capture, again");
+      ASSERT_EQ(be.capture_join(0, stream(0), stream(1)), status::ok);
+      ASSERT_EQ(be.capture_work(0, stream(0)), status::ok);
+      void* again = nullptr;
+      const status reused = a_.malloc(4096, 0, stream(0), &again);
+      expect_clean(reused, "malloc in a capture, again");
+      if (reused == status::ok) expect_clean(a_.free(again), "free in a capture, again");
+    }
+    ASSERT_EQ(be.end_capture(0, stream(0)), status::ok);
+    expect_clean(a_.end_pool(0, graph), "end_pool");
+    expect_clean(a_.release_pool(0, graph), "release_pool");
+  }
 
  private:
   struct live_block {
@@ -108,7 +140,7 @@ TEST(FaultSweep, EveryFailedBackendCallIsCleanAndLosesNothing) {
   size_t faults = 0, failed_ops = 0, k = 1;
   size_t by_kind[backend::host_ledger::kinds] = {};
   for (;; ++k) {
-    auto a = host_allocator("fail_call:" + std::to_string(k) + ",host_capacity:256MiB,oom_report:off");
+    auto a = host_allocator("fail_call:" + std::to_string(k) + ",host_capacity:256MiB,oom_report:off,capture_reuse:on");
     Workload w(*a);
     w.run();
     w.finish();

@@ -125,6 +125,12 @@ TRACEPOOL_API int tracepool_mem_get_info(tracepool_t* tp, int device, size_t* fr
  * is TRACEPOOL_ERR_INVALID_ARGUMENT: reports carry byte counts as int64 (TRACEPOOL_CONF's byte sizes
  * stop there too). */
 TRACEPOOL_API int tracepool_set_limit(tracepool_t* tp, int device, size_t bytes);
+/* Whether a block used on other streams (tracepool_record_stream) and freed during a CUDA graph capture
+ * may be handed out again inside that capture once the graph orders all later work on its stream after
+ * its last uses, as PyTorch's graph_capture_record_stream_reuse (on: nonzero). Off, such a block waits
+ * for the capture's end. Starts as TRACEPOOL_CONF's capture_reuse (off). `*out` of the getter: 0 or 1. */
+TRACEPOOL_API int tracepool_set_capture_reuse(tracepool_t* tp, int on);
+TRACEPOOL_API int tracepool_capture_reuse(tracepool_t* tp, int* out);
 
 /* ---- Private pools: a CUDA graph's memory, a scoped pool (PyTorch's MemPool) --------------------
  * A private pool (id: any nonzero 64-bit value the caller picks) holds memory that only allocations
