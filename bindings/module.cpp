@@ -285,29 +285,8 @@ void make_error_classes(py::module_& m) {
   m.attr("_statuses") = py::tuple(statuses);
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_tracepool, m) {
-  m.doc() = "tracepool's C API on the process-wide instance; use the tracepool package instead.";
-  make_error_classes(m);
-  // This extension's frames (the wrappers below) are tracepool's too: call sites start at the Python
-  // line that called them.
-  check(tracepool_add_bindings_module(reinterpret_cast<const void*>(&library_path)));
-  check(python_frames_install());
-  // Before Python finalises, so that no thread reads interpreter state while it is torn down.
-  py::module_::import("atexit").attr("register")(py::cpp_function([] { python_frames_shutdown(); }));
-  // TRACEPOOL_REPORT from Python's exit, not only C's: after an uncaught KeyboardInterrupt CPython
-  // finalises and then kills itself with SIGINT, so C's atexit handlers never run. Registered after
-  // the shutdown above so that it runs first (atexit runs the last registered first), while Python
-  // frames can still be described; and before finalisation, so what module globals still hold is
-  // reported as leaked. The library writes the report once: its own atexit handler then does nothing.
-  // A failure is printed by the library, as at a C exit.
-  py::module_::import("atexit").attr("register")(py::cpp_function([] {
-    PyThreadState* saved = PyEval_SaveThread();  // daemon threads may still allocate meanwhile
-    tracepool_write_exit_report();
-    PyEval_RestoreThread(saved);
-  }));
-
+// Memory: allocation, statistics, the cache, the devices.
+void def_memory(py::module_& m) {
   m.def("library_path", &library_path, "The path of the libtracepool.so this process uses.");
   m.def(
       "configure", [](const std::string& conf) { check(tracepool_configure_default(c_text(conf, "configuration"))); },
@@ -382,6 +361,10 @@ PYBIND11_MODULE(_tracepool, m) {
         return std::string(name != nullptr ? name : "");
       },
       "The backend of the default instance: 'cuda' or 'host'.");
+}
+
+// Marks, tags and reports.
+void def_marks_and_reports(py::module_& m) {
   m.def(
       "mark",
       [](const std::string& label) {
@@ -460,6 +443,10 @@ PYBIND11_MODULE(_tracepool, m) {
       py::arg("reports"), py::arg("names"),
       "One HTML page of several reports saved as JSON (bytes each; the ranks of one job): a view of each and "
       "of them all merged; `names` are what messages call them.");
+}
+
+// Files: written whole or in place, their paths, names made printable.
+void def_files(py::module_& m) {
   m.def(
       "write_file",
       [](const std::string& path, const py::bytes& data) {
@@ -514,6 +501,10 @@ PYBIND11_MODULE(_tracepool, m) {
       py::arg("path"),
       "Where a report written to `path` now goes: {rank}, {pid} and {host} replaced, and under a launcher of "
       "several ranks '-rank<N>' added before the extension of a path that names neither {rank} nor {pid}.");
+}
+
+// The allocation history and PyTorch's history calls.
+void def_history(py::module_& m) {
   m.def(
       "record_history",
       [](size_t max_entries, int flags) {
@@ -560,6 +551,10 @@ PYBIND11_MODULE(_tracepool, m) {
         return take_string(text);
       },
       "The memory held now, and the allocation history where history:N is on, in the layout of torch.cuda.memory._snapshot(), as JSON.");
+}
+
+// Python frames lent to frameless threads (autograd's), and their capture.
+void def_python_frames(py::module_& m) {
   m.def(
       "_backward_begin",
       [](int skip) {
@@ -577,4 +572,34 @@ PYBIND11_MODULE(_tracepool, m) {
   m.def(
       "_set_python_frames", [](bool enabled) { python_frames_set_enabled(enabled ? 1 : 0); }, py::arg("enabled"),
       "Turns the capture of Python frames on or off for every thread.");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tracepool, m) {
+  m.doc() = "tracepool's C API on the process-wide instance; use the tracepool package instead.";
+  make_error_classes(m);
+  // This extension's frames (the wrappers below) are tracepool's too: call sites start at the Python
+  // line that called them.
+  check(tracepool_add_bindings_module(reinterpret_cast<const void*>(&library_path)));
+  check(python_frames_install());
+  // Before Python finalises, so that no thread reads interpreter state while it is torn down.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { python_frames_shutdown(); }));
+  // TRACEPOOL_REPORT from Python's exit, not only C's: after an uncaught KeyboardInterrupt CPython
+  // finalises and then kills itself with SIGINT, so C's atexit handlers never run. Registered after
+  // the shutdown above so that it runs first (atexit runs the last registered first), while Python
+  // frames can still be described; and before finalisation, so what module globals still hold is
+  // reported as leaked. The library writes the report once: its own atexit handler then does nothing.
+  // A failure is printed by the library, as at a C exit.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    PyThreadState* saved = PyEval_SaveThread();  // daemon threads may still allocate meanwhile
+    tracepool_write_exit_report();
+    PyEval_RestoreThread(saved);
+  }));
+
+  def_memory(m);
+  def_marks_and_reports(m);
+  def_files(m);
+  def_history(m);
+  def_python_frames(m);
 }

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "base/size_class.h"
-#include "base/tracepool_stat_map.h"
+#include "tracepool/tracepool_stat_map.h"  // public: capi/include
 
 namespace tracepool::core {
 

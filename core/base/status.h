@@ -5,7 +5,7 @@
 
 #include <cstdarg>
 
-#include "base/tracepool_status_map.h"
+#include "tracepool/tracepool_status_map.h"  // public: capi/include
 
 namespace tracepool {
 

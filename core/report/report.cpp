@@ -220,127 +220,139 @@ class pool_groups {
   std::map<uint64_t, size_t> of_device_;  // index into pools_ of the current device's pools, by id
 };
 
-}  // namespace
+// ---- The stages of build_report, in its order ----------------------------------------------------
 
-status build_report(allocator& a, const char* reason, report* out, bool addresses) {
+// What the report says of the process and of how it was traced, and the marks: the header.
+void describe_tracing(allocator& a, const char* reason, report* r) {
   tracer& t = a.call_sites();
-  call_site_table& sites = t.sites();
-  report r;
-  r.reason = reason;
-  r.time_ns = realtime_ns();
-  r.process = this_process();
-  r.backend = a.device_backend().name();
-  r.capture = capture_mode_name(t.mode());
-  r.unwinder = captures_native(t.mode()) ? t.stack_unwinder().name() : "";
-  r.capture_depth = t.depth();
-  r.python_depth = t.script_depth();
-  r.sample_bytes = t.sample_bytes();
-  r.sites = sites.end() - 1;
-  r.sites_dropped = sites.dropped();
-  r.cfi_slow_stacks = cfi_slow_stacks();
+  const call_site_table& sites = t.sites();
+  r->reason = reason;
+  r->time_ns = realtime_ns();
+  r->process = this_process();
+  r->backend = a.device_backend().name();
+  r->capture = capture_mode_name(t.mode());
+  r->unwinder = captures_native(t.mode()) ? t.stack_unwinder().name() : "";
+  r->capture_depth = t.depth();
+  r->python_depth = t.script_depth();
+  r->sample_bytes = t.sample_bytes();
+  r->sites = sites.end() - 1;
+  r->sites_dropped = sites.dropped();
+  r->cfi_slow_stacks = cfi_slow_stacks();
   const cfi_walk_counts walks = cfi_walks();
-  r.cfi_walks_replayed = walks.replayed;
-  r.cfi_walks_taken = walks.walked;
+  r->cfi_walks_replayed = walks.replayed;
+  r->cfi_walks_taken = walks.walked;
   if (const uint64_t last = cfi_last_slow(); last != 0) {
-    r.cfi_last_slow_reason = static_cast<int>(last & 0xffff);
-    r.cfi_last_slow_frame = symbolize({static_cast<uintptr_t>(last >> 16)})[0];
+    r->cfi_last_slow_reason = static_cast<int>(last & 0xffff);
+    r->cfi_last_slow_frame = symbolize({static_cast<uintptr_t>(last >> 16)})[0];
   }
-  const std::vector<mark_record> marks = t.marks(&r.marks_made);
-  for (const mark_record& m : marks)
-    r.marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes, m.reserved_bytes});
-  const std::vector<mark_record> auto_marks = t.auto_marks(&r.auto_marks_made);
-  for (const mark_record& m : auto_marks)
-    r.auto_marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes, m.reserved_bytes});
-  r.auto_mark_ms = t.auto_mark_interval_ns() / 1000000;
-  r.auto_mark_seconds = static_cast<double>(t.auto_mark_cost_ns()) * 1e-9;
-  // The program's marks take precedence (Note [Growth without marks]).
-  r.growth_basis = r.marks_made > 0                            ? growth_basis_marks
-                   : auto_marks.size() >= min_growth_marks ? growth_basis_auto
-                                                               : growth_basis_none;
+}
 
-  // 1. Collect, then walk every block once: a retained private pool's by pool, other live blocks by
-  // site (and birth), other free blocks by last holder.
-  held_memory held;
-  if (status s = collect(a, &held); s != status::ok) return s;
+// The kept marks of both kinds, into the report and (as recorded) into *marks and *auto_marks, and
+// what growth is told by. The program's marks take precedence (Note [Growth without marks]).
+void take_marks(tracer& t, report* r, std::vector<mark_record>* marks, std::vector<mark_record>* auto_marks) {
+  *marks = t.marks(&r->marks_made);
+  for (const mark_record& m : *marks)
+    r->marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes, m.reserved_bytes});
+  *auto_marks = t.auto_marks(&r->auto_marks_made);
+  for (const mark_record& m : *auto_marks)
+    r->auto_marks.push_back(mark_summary{m.label, m.index, m.time_ns, m.live_bytes, m.reserved_bytes});
+  r->auto_mark_ms = t.auto_mark_interval_ns() / 1000000;
+  r->auto_mark_seconds = static_cast<double>(t.auto_mark_cost_ns()) * 1e-9;
+  r->growth_basis = r->marks_made > 0                          ? growth_basis_marks
+                    : auto_marks->size() >= min_growth_marks ? growth_basis_auto
+                                                               : growth_basis_none;
+}
+
+// Every block, walked once: a retained private pool's by pool, other live blocks by site (and birth),
+// other free blocks by last holder.
+struct walked_blocks {
   std::unordered_map<uint32_t, live_tally> live;
   std::unordered_map<uint32_t, cached_summary> cached;
-  pool_groups pools(t);
-  for (const device_blocks& dev : held.devices) {
-    device_summary ds;
-    ds.device = dev.device;
-    ds.context = a.device_backend().has_context(dev.device);
-    ds.stats = dev.stats;
-    ds.segments = a.growable_segments(dev.device) ? segments_growable : segments_classic;
-    ds.growable_available = a.device_backend().page_size(dev.device) != 0;
-    ds.free_page_bytes = 0;
-    pools.start_device(dev);
-    for (const block_record& b : dev.blocks) {
-      if (pools.add(b)) continue;  // a retained private pool's: neither a leak nor cache
-      if (b.pending) continue;     // freed by its owner: neither held nor cached
-      if (!b.live) {
-        cached_summary& c = cached[b.site];
-        c.site = b.site;
-        c.bytes += static_cast<int64_t>(b.size);
-        c.blocks += 1;
-        c.largest_free_block = std::max(c.largest_free_block, static_cast<int64_t>(b.size));
-        if (b.split_free) c.inactive_split_bytes += static_cast<int64_t>(b.size);
-        add_share(&c.by_device, dev.device, static_cast<int64_t>(b.size), 1);
-        ds.cached_bytes += static_cast<int64_t>(b.size);
-        ds.largest_free_block = std::max(ds.largest_free_block, static_cast<int64_t>(b.size));
-        ds.free_page_bytes += whole_page_bytes(b.address, b.size);
-        continue;
-      }
-      // Sampling on: a block that was not sampled is represented by the weights of those that were.
-      if (b.site == 0 && r.sample_bytes != 0) continue;
-      live_tally& l = live[b.site];
-      l.add(t, b, dev.device);
-      if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
+};
+
+// One device's summary: its statistics, its blocks tallied into *w and *pools, and what the driver
+// says of its memory and processes (Note [Where the memory went]).
+device_summary walk_device(allocator& a, const device_blocks& dev, const report& r, bool addresses,
+                           pool_groups* pools, walked_blocks* w) {
+  const tracer& t = a.call_sites();
+  device_summary ds;
+  ds.device = dev.device;
+  ds.context = a.device_backend().has_context(dev.device);
+  ds.stats = dev.stats;
+  ds.segments = a.growable_segments(dev.device) ? segments_growable : segments_classic;
+  ds.growable_available = a.device_backend().page_size(dev.device) != 0;
+  ds.free_page_bytes = 0;
+  pools->start_device(dev);
+  for (const block_record& b : dev.blocks) {
+    if (pools->add(b)) continue;  // a retained private pool's: neither a leak nor cache
+    if (b.pending) continue;      // freed by its owner: neither held nor cached
+    if (!b.live) {
+      cached_summary& c = w->cached[b.site];
+      c.site = b.site;
+      c.bytes += static_cast<int64_t>(b.size);
+      c.blocks += 1;
+      c.largest_free_block = std::max(c.largest_free_block, static_cast<int64_t>(b.size));
+      if (b.split_free) c.inactive_split_bytes += static_cast<int64_t>(b.size);
+      add_share(&c.by_device, dev.device, static_cast<int64_t>(b.size), 1);
+      ds.cached_bytes += static_cast<int64_t>(b.size);
+      ds.largest_free_block = std::max(ds.largest_free_block, static_cast<int64_t>(b.size));
+      ds.free_page_bytes += whole_page_bytes(b.address, b.size);
+      continue;
     }
-    size_t free_bytes = 0, total_bytes = 0;  // Note [Where the memory went]
-    if (a.memory_info(ds.device, &free_bytes, &total_bytes) == status::ok && free_bytes <= total_bytes) {
-      ds.total_bytes = static_cast<int64_t>(total_bytes);
-      ds.used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
-    }
-    ds.processes_listed = a.processes(ds.device, &ds.processes, &ds.processes_note);
-    if (!ds.processes_listed) ds.processes.clear();
-    std::stable_sort(ds.processes.begin(), ds.processes.end(),
-                     [](const auto& x, const auto& y) { return x.used_bytes > y.used_bytes; });
-    r.devices.push_back(std::move(ds));
+    // Sampling on: a block that was not sampled is represented by the weights of those that were.
+    if (b.site == 0 && r.sample_bytes != 0) continue;
+    live_tally& l = w->live[b.site];
+    l.add(t, b, dev.device);
+    if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
   }
-
-  if (const history* h = a.allocation_history(); h != nullptr) {  // Note [Timeline from the history]
-    const std::vector<history_entry> entries = h->entries(&r.history_events, timeline_events_read);
-    std::vector<device_figures> now;
-    for (const device_summary& d : r.devices)
-      now.push_back(device_figures{d.device, d.stats.table.at(stat_kind::allocated_bytes, all_pools).current,
-                                   d.stats.table.at(stat_kind::reserved_bytes, all_pools).current});
-    r.timeline = timelines_from(entries, now);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (a.memory_info(ds.device, &free_bytes, &total_bytes) == status::ok && free_bytes <= total_bytes) {
+    ds.total_bytes = static_cast<int64_t>(total_bytes);
+    ds.used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
   }
+  ds.processes_listed = a.processes(ds.device, &ds.processes, &ds.processes_note);
+  if (!ds.processes_listed) ds.processes.clear();
+  std::stable_sort(ds.processes.begin(), ds.processes.end(),
+                   [](const auto& x, const auto& y) { return x.used_bytes > y.used_bytes; });
+  return ds;
+}
 
-  // 2. Describe: names, files and lines, only now, each address once.
-  site_describer describer(sites);
-  for (const auto& [site, l] : live) describer.want(site);
-  for (const auto& [site, c] : cached) describer.want(site);
-  pools.want(describer);
-  describer.resolve();
+// The device timelines drawn from the allocation history, where one is kept (Note [Timeline from the
+// history]).
+void add_timeline(allocator& a, report* r) {
+  const history* h = a.allocation_history();
+  if (h == nullptr) return;
+  const std::vector<history_entry> entries = h->entries(&r->history_events, timeline_events_read);
+  std::vector<device_figures> now;
+  for (const device_summary& d : r->devices)
+    now.push_back(device_figures{d.device, d.stats.table.at(stat_kind::allocated_bytes, all_pools).current,
+                                 d.stats.table.at(stat_kind::reserved_bytes, all_pools).current});
+  r->timeline = timelines_from(entries, now);
+}
 
-  // 3. Group: one summary per call site as a user reads it: stacks that differ only in return addresses
-  // yet name the same lines (an unrolled loop calls from several addresses) are merged.
-  struct leak_group {
-    site_summary summary;
-    std::vector<uint32_t> members;  // site ids
-    std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;
-    int64_t blocks_fixed = 0;
-    double block_bytes = 0;
-    std::vector<int64_t> auto_series;  // its live bytes at the automatic marks, when growth was told by them
-  };
+// One call site as a user reads it, with what retained and the timeline still need of it.
+struct leak_group {
+  site_summary summary;
+  std::vector<uint32_t> members;  // site ids
+  std::map<uint32_t, std::pair<int64_t, int64_t>> by_birth;
+  int64_t blocks_fixed = 0;
+  double block_bytes = 0;
+  std::vector<int64_t> auto_series;  // its live bytes at the automatic marks, when growth was told by them
+};
+
+// Live blocks grouped by call site as a user reads it: stacks that differ only in return addresses
+// yet name the same lines (an unrolled loop calls from several addresses) are merged. Bytes descending,
+// each with its growth.
+std::vector<leak_group> group_leaks(tracer& t, const walked_blocks& w, site_describer& describer, const report& r,
+                                    const std::vector<mark_record>& marks, const std::vector<mark_record>& auto_marks) {
+  call_site_table& sites = t.sites();
   std::vector<leak_group> groups;
   std::unordered_map<std::string, size_t> group_of;
   std::vector<uint32_t> live_sites;
-  for (const auto& [site, l] : live) live_sites.push_back(site);
+  for (const auto& [site, l] : w.live) live_sites.push_back(site);
   std::sort(live_sites.begin(), live_sites.end());  // merged entries take the smallest site id
   for (uint32_t site : live_sites) {
-    const live_tally& l = live[site];
+    const live_tally& l = w.live.at(site);
     site_summary s;
     describer.describe(site, &s.tags, &s.frames);
     auto [it, is_new] = group_of.emplace(site_key(s.tags, s.frames), groups.size());
@@ -383,69 +395,108 @@ status build_report(allocator& a, const char* reason, report* out, bool addresse
   }
   std::sort(groups.begin(), groups.end(),
             [&](const leak_group& x, const leak_group& y) { return by_bytes(x.summary, y.summary); });
-  // The series a timeline draws: the growing sites first, then the largest.
-  if (!auto_marks.empty()) {
-    std::vector<leak_group*> drawn;
-    for (leak_group& g : groups)
-      if (g.summary.growing) drawn.push_back(&g);
-    for (leak_group& g : groups)
-      if (!g.summary.growing && drawn.size() < auto_series_sites) drawn.push_back(&g);
-    drawn.resize(std::min(drawn.size(), auto_series_sites));
-    for (leak_group* g : drawn)
-      g->summary.live_at_auto_marks = g->auto_series.empty() ? series_of(g->members, auto_marks) : std::move(g->auto_series);
-  }
+  return groups;
+}
 
-  // 4. Retained: live blocks that outlived at least one mark, by site and the latest kept mark made
-  // before their birth (the birth itself is exact: marks made before the block).
-  for (size_t i = 0; i < groups.size(); ++i) {
+// The series a timeline draws over the automatic marks: the growing sites first, then the largest.
+void draw_auto_series(std::vector<leak_group>* groups, const std::vector<mark_record>& auto_marks) {
+  if (auto_marks.empty()) return;
+  std::vector<leak_group*> drawn;
+  for (leak_group& g : *groups)
+    if (g.summary.growing) drawn.push_back(&g);
+  for (leak_group& g : *groups)
+    if (!g.summary.growing && drawn.size() < auto_series_sites) drawn.push_back(&g);
+  drawn.resize(std::min(drawn.size(), auto_series_sites));
+  for (leak_group* g : drawn)
+    g->summary.live_at_auto_marks = g->auto_series.empty() ? series_of(g->members, auto_marks) : std::move(g->auto_series);
+}
+
+// The leaks into the report, each with its retained parts: live blocks that outlived at least one
+// mark, by site and the latest kept mark made before their birth (the birth itself is exact: marks
+// made before the block).
+void add_leaks_and_retained(std::vector<leak_group>* groups, report* r) {
+  for (size_t i = 0; i < groups->size(); ++i) {
     std::map<int, retained_summary> by_mark;
-    for (const auto& [birth, tally] : groups[i].by_birth) {
-      if (birth >= r.marks_made) continue;  // no mark made since
+    for (const auto& [birth, tally] : (*groups)[i].by_birth) {
+      if (birth >= r->marks_made) continue;  // no mark made since
       // The newest kept mark with index < birth.
-      const auto after = std::partition_point(r.marks.begin(), r.marks.end(),
+      const auto after = std::partition_point(r->marks.begin(), r->marks.end(),
                                               [born = birth](const mark_summary& m) { return m.index < born; });
-      const int kept = static_cast<int>(after - r.marks.begin()) - 1;
+      const int kept = static_cast<int>(after - r->marks.begin()) - 1;
       retained_summary& t = by_mark[kept];
       t.leak = i;
       t.born_after = kept;
-      t.marks_survived = r.marks_made - birth;  // births ascend: the youngest comes last
+      t.marks_survived = r->marks_made - birth;  // births ascend: the youngest comes last
       t.bytes += tally.first;
       t.blocks += tally.second;
     }
     for (auto& [kept, t] : by_mark) {
       t.blocks = whole_blocks(t.blocks);
-      r.retained.push_back(t);
+      r->retained.push_back(t);
     }
-    r.leaks.push_back(std::move(groups[i].summary));
+    r->leaks.push_back(std::move((*groups)[i].summary));
   }
-  std::sort(r.retained.begin(), r.retained.end(), [](const retained_summary& x, const retained_summary& y) {
+  std::sort(r->retained.begin(), r->retained.end(), [](const retained_summary& x, const retained_summary& y) {
     if (x.bytes != y.bytes) return x.bytes > y.bytes;
     return x.leak != y.leak ? x.leak < y.leak : x.born_after < y.born_after;
   });
+}
 
-  // 5. Cached memory, merged the same way.
+// Cached memory by its last holder, merged as the leaks are; bytes descending.
+std::vector<cached_summary> group_cached(walked_blocks* w, site_describer& describer) {
   std::vector<uint32_t> cached_sites;
-  for (const auto& [site, c] : cached) cached_sites.push_back(site);
+  for (const auto& [site, c] : w->cached) cached_sites.push_back(site);
   std::sort(cached_sites.begin(), cached_sites.end());
-  group_of.clear();
+  std::vector<cached_summary> out;
+  std::unordered_map<std::string, size_t> group_of;
   for (uint32_t site : cached_sites) {
-    cached_summary& c = cached[site];
+    cached_summary& c = w->cached[site];
     describer.describe(site, &c.tags, &c.frames);
-    auto [it, is_new] = group_of.emplace(site_key(c.tags, c.frames), r.cached.size());
+    auto [it, is_new] = group_of.emplace(site_key(c.tags, c.frames), out.size());
     if (is_new) {
-      r.cached.push_back(std::move(c));
+      out.push_back(std::move(c));
       continue;
     }
-    cached_summary& into = r.cached[it->second];
+    cached_summary& into = out[it->second];
     into.bytes += c.bytes;
     into.blocks += c.blocks;
     into.largest_free_block = std::max(into.largest_free_block, c.largest_free_block);
     into.inactive_split_bytes += c.inactive_split_bytes;
     for (const device_share& d : c.by_device) add_share(&into.by_device, d.device, d.bytes, d.blocks);
   }
-  std::sort(r.cached.begin(), r.cached.end(), by_bytes);
+  std::sort(out.begin(), out.end(), by_bytes);
+  return out;
+}
 
-  // 6. Retained private pools.
+}  // namespace
+
+status build_report(allocator& a, const char* reason, report* out, bool addresses) {
+  tracer& t = a.call_sites();
+  report r;
+  describe_tracing(a, reason, &r);
+  std::vector<mark_record> marks, auto_marks;
+  take_marks(t, &r, &marks, &auto_marks);
+
+  // 1. Collect, then walk every block once.
+  held_memory held;
+  if (status s = collect(a, &held); s != status::ok) return s;
+  walked_blocks w;
+  pool_groups pools(t);
+  for (const device_blocks& dev : held.devices) r.devices.push_back(walk_device(a, dev, r, addresses, &pools, &w));
+  add_timeline(a, &r);
+
+  // 2. Describe: names, files and lines, only now, each address once.
+  site_describer describer(t.sites());
+  for (const auto& [site, l] : w.live) describer.want(site);
+  for (const auto& [site, c] : w.cached) describer.want(site);
+  pools.want(describer);
+  describer.resolve();
+
+  // 3. Group the leaks, 4. with their retained parts; 5. the cache; 6. the retained private pools.
+  std::vector<leak_group> groups = group_leaks(t, w, describer, r, marks, auto_marks);
+  draw_auto_series(&groups, auto_marks);
+  add_leaks_and_retained(&groups, &r);
+  r.cached = group_cached(&w, describer);
   r.pools = pools.summaries(describer);
   *out = std::move(r);
   return status::ok;

@@ -145,7 +145,7 @@ fi
 REF=$BUILD/reference_plugins.so
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 [[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests ]] ||
-  g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -Icore/base -I"$CUDA_HOME/include" \
+  g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
     -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 ||
   echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
 
