@@ -67,6 +67,10 @@ status stream_reuse::record_uses(pending_block* p) {
     p->events.push_back(e);
   }
   p->deferred = false;
+  if (!p->markers.empty()) {  // its events say it now, not the graph
+    std::vector<backend::graph_node>().swap(p->markers);
+    --marked_;
+  }
   return status::ok;
 }
 
@@ -78,6 +82,7 @@ status stream_reuse::defer_free(block* b) {
     mark_last_uses(&p);
   }
   pending_.push_back(std::move(p));
+  if (!pending_.back().markers.empty()) ++marked_;
   return status::ok;
 }
 
@@ -109,6 +114,7 @@ void stream_reuse::mark_last_uses(pending_block* p) {
 void stream_reuse::forget_device_work(std::vector<block*>* ready) {
   for (pending_block& p : pending_) ready->push_back(p.b);
   pending_.clear();
+  marked_ = 0;
   fence_event_ = nullptr;
   safe_seq_ = free_seq_;
 }
@@ -143,11 +149,10 @@ void stream_reuse::collect_ready(std::vector<block*>* ready, bool wait, bool str
   pending_.resize(kept);
 }
 
-// Pending blocks of this capture whose markers all precede this stream's frontier.
+// Pending blocks of this capture whose markers all precede this stream's frontier. Costs nothing while
+// no pending block has markers (the option off, or none freed in a capture).
 void stream_reuse::collect_safe_in_capture(std::vector<block*>* ready) {
-  bool any = false;
-  for (const pending_block& p : pending_) any = any || !p.markers.empty();
-  if (!any) return;
+  if (marked_ == 0 || !gate_.reuses_in_capture()) return;
   bool capturing = false;
   uint64_t capture = 0;
   std::vector<backend::graph_node> frontier;
@@ -157,8 +162,10 @@ void stream_reuse::collect_safe_in_capture(std::vector<block*>* ready) {
       forget_graph();
       visited_capture_ = capture;
     }
-    if (!walk_ancestors(frontier)) return;
-    ready->reserve(ready->size() + pending_.size());
+    // A read that failed once (an edge the CUDA 12.0 entry point cannot describe fails every time)
+    // is not tried again in this capture: the blocks wait for its end.
+    if (walk_failed_ || !walk_ancestors(frontier)) return;
+    ready->reserve(ready->size() + marked_);
   } catch (const std::bad_alloc&) {
     forget_graph();
     return;
@@ -170,6 +177,7 @@ void stream_reuse::collect_safe_in_capture(std::vector<block*>* ready) {
     for (size_t m = 0; safe && m < p.markers.size(); ++m) safe = visited_.count(p.markers[m]) != 0;
     if (safe) {
       ready->push_back(p.b);  // reserved: cannot throw
+      --marked_;
     } else {
       if (kept != i) pending_[kept] = std::move(p);
       ++kept;
@@ -181,6 +189,7 @@ void stream_reuse::collect_safe_in_capture(std::vector<block*>* ready) {
 // Adds every ancestor of `from` (and `from`) to visited_, stopping at nodes walked before: they are
 // there with all their ancestors. On failure visited_ is dropped, so that it stays closed.
 bool stream_reuse::walk_ancestors(const std::vector<backend::graph_node>& from) {
+  const uint64_t capture_of_walk = visited_capture_;
   std::vector<backend::graph_node> todo(from), parents;
   while (!todo.empty()) {
     backend::graph_node n = todo.back();
@@ -188,6 +197,8 @@ bool stream_reuse::walk_ancestors(const std::vector<backend::graph_node>& from) 
     if (!visited_.insert(n).second) continue;
     if (backend_.node_dependencies(device_, n, &parents) != status::ok) {
       forget_graph();
+      visited_capture_ = capture_of_walk;
+      walk_failed_ = true;
       return false;
     }
     todo.insert(todo.end(), parents.begin(), parents.end());

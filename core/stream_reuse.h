@@ -44,8 +44,15 @@
 //   - The walked nodes are kept for the capture (ancestors never change: a captured node's
 //     dependencies are fixed when it is added), so each node is read once, and dropped when the gate
 //     opens. A failed read drops them all, and the blocks stay pending: never unsafe.
+//   - Nothing of this costs anything while no pending block has markers (a count says so): with the
+//     option off, a capture's allocations do not look at the pending blocks at all.
 // Limits: a block is reused only on its pool's stream, as outside captures. Only the graph is read
-// (cuStreamGetCaptureInfo, cuGraphNodeGetDependencies), which no capture mode forbids.
+// (cuStreamGetCaptureInfo, cuGraphNodeGetDependencies), which no capture mode forbids. A read that
+// fails (an edge with data, which the CUDA 12.0 entry points cannot describe) is not retried in that
+// capture: its blocks wait for the end. The walked nodes assume a stream's frontier only moves on, as
+// PyTorch's allocator does: a program that moves it back (cuStreamUpdateCaptureDependencies with
+// CU_STREAM_SET_CAPTURE_DEPENDENCIES, cuGraphRemoveDependencies during the capture) must not turn the
+// option on.
 #pragma once
 
 #include <cstdint>
@@ -82,10 +89,11 @@ class stream_reuse {
   // During a capture, with `stream_alive` (the caller allocates on this pool's stream), the blocks
   // the graph has made safe instead (Note [Reuse inside a capture]).
   void collect_ready(std::vector<block*>* ready, bool wait, bool stream_alive);
-  // The gate opened: what was walked of the captures' graphs is dropped.
+  // The gate opened: what was walked of the captures' graphs is dropped, its memory too.
   void forget_graph() {
-    visited_.clear();
+    std::unordered_set<backend::graph_node>().swap(visited_);
     visited_capture_ = 0;
+    walk_failed_ = false;
   }
 
   // In a forked child whose backend is the parent's (Note [Fork]): the child can neither see nor
@@ -123,8 +131,10 @@ class stream_reuse {
   uint32_t frees_until_check_ = 0;
   int64_t last_poll_ns_ = 0;
   std::vector<pending_block> pending_;
+  size_t marked_ = 0;             // pending blocks with markers
   uint64_t visited_capture_ = 0;  // the capture visited_ belongs to
   std::unordered_set<backend::graph_node> visited_;  // nodes walked back from this stream's frontier: closed under dependencies
+  bool walk_failed_ = false;      // a read of visited_capture_'s graph failed: not walked again
 };
 
 }  // namespace tracepool::core

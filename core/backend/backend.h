@@ -145,8 +145,10 @@ class backend {
   virtual status end_capture(int device, stream_handle stream) noexcept;
   // In an emulated capture, the graph's shape (host backend only): capture_work adds a node for work
   // submitted to capturing `stream`, after its frontier, and makes it the frontier; capture_join is
-  // `waiter` waiting for an event recorded on capturing `waited` (cudaStreamWaitEvent): the waiter joins
-  // the capture if it was not in it, and its frontier gains waited's.
+  // `waiter` waiting for an event recorded on capturing `waited` just before (cudaEventRecord, then
+  // cudaStreamWaitEvent): the waiter joins the capture if it was not in it, and its frontier gains
+  // waited's. A capture begun while no other is on numbers its nodes from 1 again, as a driver may hand
+  // out a destroyed graph's node handles again.
   virtual status capture_work(int device, stream_handle stream) noexcept;
   virtual status capture_join(int device, stream_handle waiter, stream_handle waited) noexcept;
 };
@@ -171,6 +173,8 @@ struct host_ledger {
   size_t capture_violations = 0;             // calls a real capture would have refused (begin_capture)
   const char* last_violation = nullptr;      // the kind of the latest one
   size_t allocations_during_capture = 0;     // allocate calls while a capture was on (allowed)
+  size_t frontier_reads = 0;                 // capture_frontier calls
+  size_t node_reads = 0;                     // node_dependencies calls
   uint64_t devices_with_context = 0;  // bit d: device d has a context, made by the first call that used it
 };
 // The ledger of `be`; false if `be` is not a host backend.

@@ -28,6 +28,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
@@ -498,7 +499,7 @@ class cuda_backend final : public backend {
       if (r == CUDA_SUCCESS && count != 0)
         r = api_.graph_node_get_dependencies(n, reinterpret_cast<CUgraphNode*>(out->data()), &count);
       if (r != CUDA_SUCCESS) return check(r, "cuGraphNodeGetDependencies(node %p) on device %d", node, device);
-      out->resize(count);  // no larger than before: cannot throw
+      out->resize(std::min(count, out->size()));  // no larger than before: cannot throw
       return status::ok;
     });
   }

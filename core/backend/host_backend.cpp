@@ -309,6 +309,7 @@ class host_backend final : public backend {
     if (status s = use(device); s != status::ok) return s;
     if (capturing_.count(key(device, stream)) != 0)
       return fail(status::invalid_argument, "host backend: stream %p is capturing already", stream);
+    if (capturing_.empty()) node_deps_.clear();  // node handles are handed out again (backend.h)
     return joined(key(device, stream), capture{++captures_begun_, key(device, stream), {}});
   }
 
@@ -360,6 +361,7 @@ class host_backend final : public backend {
                           std::vector<graph_node>* frontier) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = use(device); s != status::ok) return s;
+    ++ledger_.frontier_reads;
     if (status s = injected(6); s != status::ok) return s;
     auto it = capturing_.find(key(device, stream));
     *capturing = it != capturing_.end();
@@ -376,6 +378,7 @@ class host_backend final : public backend {
   status node_dependencies(int device, graph_node node, std::vector<graph_node>* out) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status s = use(device); s != status::ok) return s;
+    ++ledger_.node_reads;
     if (status s = injected(6); s != status::ok) return s;
     const uintptr_t n = reinterpret_cast<uintptr_t>(node);
     if (n == 0 || n > node_deps_.size()) return fail(status::invalid_argument, "host backend: no graph node %p", node);

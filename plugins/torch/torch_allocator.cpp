@@ -411,16 +411,17 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
       tell(tracepool_pool_label(tp, device, key, "CUDA graph"), "beginAllocateToPool");
   }
   // PyTorch's graph_capture_record_stream_reuse, read where PyTorch's allocator reads it, as a capture
-  // allocates (Note [Reuse inside a capture] in core/stream_reuse.h). TRACEPOOL_CONF's capture_reuse:on
-  // stays on.
+  // allocates (Note [Reuse inside a capture] in core/stream_reuse.h). tracepool's setting is written
+  // only when PyTorch's changes, so that TRACEPOOL_CONF's capture_reuse:on and a later
+  // tracepool_set_capture_reuse stand until then.
   void follow_capture_reuse(tracepool_t* tp) {
     if (!follows_pytorch_config_.load(std::memory_order_relaxed)) return;
-    static const bool configured = [tp] {
-      int on = 0;
-      return tracepool_capture_reuse(tp, &on) == TRACEPOOL_OK && on != 0;
-    }();
-    const bool on = configured || cca::CUDAAllocatorConfig::graph_capture_record_stream_reuse();
-    tell(tracepool_set_capture_reuse(tp, on ? 1 : 0), "beginAllocateToPool");
+    const int wanted = cca::CUDAAllocatorConfig::graph_capture_record_stream_reuse() ? 1 : 0;
+    const int before = pytorch_capture_reuse_.exchange(wanted, std::memory_order_relaxed);
+    if (before == wanted) return;
+    int configured = 0;  // the first time: what TRACEPOOL_CONF set, kept if PyTorch's is off
+    if (before < 0 && (tracepool_capture_reuse(tp, &configured) != TRACEPOOL_OK || configured != 0)) return;
+    tell(tracepool_set_capture_reuse(tp, wanted), "beginAllocateToPool");
   }
   // Both also run from destructors (~CUDAGraph via reset, ~MemPool): never throw.
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t pool) noexcept override {
@@ -580,6 +581,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
 
   std::atomic<bool> caching_{true};        // Note [Caching disabled]
   std::atomic<bool> history_{false};       // recordHistory's
+  std::atomic<int> pytorch_capture_reuse_{-1};  // PyTorch's setting last applied; -1: none yet
   std::atomic<bool> follows_pytorch_config_{false};  // init read PyTorch's configuration (pytorch_rounding, capture reuse)
   std::atomic<size_t> uncached_count_{0};  // uncached_.size(), read without the lock
   std::atomic<int> devices_{0};

@@ -181,7 +181,9 @@ TEST(CaptureReuse, TheBlockIsReusedOnItsOwnStreamOnly) {
 }
 
 // The graph walked for one capture says nothing of the next: a block freed in the first, whose route
-// stays open (a MemPool kept in use), is not reused in the second, whose nodes are all new.
+// stays open (a MemPool kept in use), is not reused in the second, although the second's nodes have the
+// handles of the first's (the host backend numbers each capture's nodes from 1, as a driver may hand
+// out a destroyed graph's handles again) and its stream joins back there.
 TEST(CaptureReuse, ABlockFreedInOneCaptureIsNotReusedInTheNext) {
   auto a = host_allocator("capture_reuse:on");
   backend::backend& be = a->device_backend();
@@ -189,14 +191,18 @@ TEST(CaptureReuse, ABlockFreedInOneCaptureIsNotReusedInTheNext) {
   ASSERT_EQ(be.begin_capture(0, stream(0)), status::ok);
   void* data1 = nullptr;
   ASSERT_EQ(a->malloc(512, 0, stream(0), &data1), status::ok);
-  ASSERT_EQ(be.capture_work(0, stream(0)), status::ok);
+  ASSERT_EQ(be.capture_work(0, stream(0)), status::ok);  // node 1
   ASSERT_EQ(a->record_stream(data1, stream(1)), status::ok);
   ASSERT_EQ(be.capture_join(0, stream(1), stream(0)), status::ok);
-  ASSERT_EQ(be.capture_work(0, stream(1)), status::ok);
-  ASSERT_EQ(a->free(data1), status::ok);
+  ASSERT_EQ(be.capture_work(0, stream(1)), status::ok);  // node 2
+  ASSERT_EQ(a->free(data1), status::ok);                 // markers: nodes 1 and 2
   ASSERT_EQ(be.end_capture(0, stream(0)), status::ok);
   ASSERT_EQ(be.begin_capture(0, stream(0)), status::ok);  // the route is still open: the gate stays closed
-  ASSERT_EQ(be.capture_work(0, stream(0)), status::ok);
+  ASSERT_EQ(be.capture_work(0, stream(0)), status::ok);  // node 1 again
+  ASSERT_EQ(be.capture_join(0, stream(1), stream(0)), status::ok);
+  ASSERT_EQ(be.capture_work(0, stream(1)), status::ok);  // node 2 again
+  ASSERT_EQ(be.capture_join(0, stream(0), stream(1)), status::ok);
+  ASSERT_EQ(be.capture_work(0, stream(0)), status::ok);  // node 3, after 1 and 2
   void* data2 = nullptr;
   ASSERT_EQ(a->malloc(512, 0, stream(0), &data2), status::ok);
   EXPECT_NE(data2, data1);
@@ -206,6 +212,39 @@ TEST(CaptureReuse, ABlockFreedInOneCaptureIsNotReusedInTheNext) {
   ASSERT_EQ(a->free(data2), status::ok);
   EXPECT_EQ(current(stats_of(*a), stat_kind::active), 0);
   EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+}
+
+// The graph is read only where it may make a block reusable, and each node once per capture: off,
+// a capture's allocations read nothing; on, a block that never becomes safe costs one frontier read
+// per allocation and one read of each node, not a walk of the whole graph each time.
+TEST(CaptureReuse, TheGraphIsReadOnlyWhereItCanHelpAndEachNodeOnce) {
+  for (const bool on : {false, true}) {
+    auto a = host_allocator(on ? "capture_reuse:on" : "");
+    constexpr int steps = 50;
+    {
+      capture c(*a);
+      void* held = c.malloc(0);
+      c.work(0);
+      ASSERT_EQ(a->record_stream(held, stream(1)), status::ok);
+      c.wait(1, 0);
+      c.work(1);
+      ASSERT_EQ(a->free(held), status::ok);  // stream 1 never joins back: never safe in this capture
+      for (int i = 0; i < steps; ++i) {
+        c.work(0);
+        ASSERT_EQ(a->free(c.malloc(0)), status::ok);
+      }
+    }
+    backend::host_ledger l;
+    ASSERT_TRUE(backend::read_host_ledger(a->device_backend(), &l));
+    if (!on) {
+      EXPECT_EQ(l.frontier_reads + l.node_reads, 0u);
+    } else {
+      EXPECT_EQ(l.frontier_reads, 2u + steps) << "two at the free (streams 0 and 1), one per allocation";
+      EXPECT_EQ(l.node_reads, steps + 1u) << "stream 0's nodes, each read once";
+    }
+    EXPECT_EQ(current(stats_of(*a), stat_kind::active), 0);
+    EXPECT_EQ(a->release_pool(0, graph_pool), status::ok);
+  }
 }
 
 // Through the C API and TRACEPOOL_CONF: off by default, on by either, and a bad value is refused.
