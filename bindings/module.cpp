@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <array>
@@ -154,15 +155,61 @@ std::string_view bytes_of(const py::bytes& b) {
 }
 
 // tracepool_report_options_t over strings that outlive it (the caller's arguments).
+// A Python holder search (tracepool._holders) behind tracepool_holders_fn. The report calls it with
+// the GIL released and no lock of tracepool held; it takes the GIL for the search (lock order: GIL,
+// then allocator). What it raises is kept and raised once the report call has returned.
+struct holder_call {
+  py::object search;  // blocks -> JSON str, or None; None here: no search asked
+  std::optional<py::error_already_set> error;
+
+  static char* run(void* context, const tracepool_leak_block_t* blocks, size_t count) {
+    auto* self = static_cast<holder_call*>(context);
+    py::gil_scoped_acquire gil;
+    try {
+      py::list list(count);
+      for (size_t i = 0; i < count; ++i)
+        list[i] = py::make_tuple(blocks[i].address, blocks[i].bytes, blocks[i].leak);
+      const py::object found = self->search(list);
+      if (found.is_none()) return nullptr;
+      const std::string text = found.cast<std::string>();
+      char* out = static_cast<char*>(std::malloc(text.size() + 1));
+      if (out != nullptr) std::memcpy(out, text.c_str(), text.size() + 1);
+      return out;
+    } catch (py::error_already_set& e) {
+      self->error.emplace(std::move(e));
+    } catch (const py::cast_error&) {
+      PyErr_SetString(PyExc_TypeError, "the holder search must return a str of JSON or None");
+      self->error.emplace();
+    }
+    // An answer that is no JSON fails the report, so that nothing is written; the caller raises the
+    // search's own exception instead of the library's message.
+    return strdup("the holder search raised");
+  }
+  // After the report call: the search's exception, if it raised; else what the call raised, if it did.
+  template <class Call>
+  void call(Call&& report) {
+    try {
+      report();
+    } catch (...) {
+      if (error) throw std::move(*error);
+      throw;
+    }
+  }
+};
+
 struct report_options {
   tracepool_report_options_t c{};
   report_options(const std::string* format, const std::optional<std::string>& reason, int top,
-                 bool addresses = false) {
+                 bool addresses = false, holder_call* holders = nullptr) {
     c.size = sizeof c;
     c.addresses = addresses ? 1 : 0;
     c.format = format != nullptr ? c_text(*format, "format") : nullptr;
     c.reason = reason ? c_text(*reason, "reason") : nullptr;
     c.top = top;
+    if (holders != nullptr && !holders->search.is_none()) {
+      c.holders = &holder_call::run;
+      c.holders_context = holders;
+    }
   }
 };
 
@@ -389,24 +436,34 @@ void def_marks_and_reports(py::module_& m) {
       "tag_pop", [] { check(tracepool_tag_pop()); }, "Pops the calling thread's innermost tag.");
   m.def(
       "report",
-      [](const std::string& format, const std::optional<std::string>& reason, int top, bool addresses) {
-        report_options options(&format, reason, top, addresses);
+      [](const std::string& format, const std::optional<std::string>& reason, int top, bool addresses,
+         const py::object& holders) {
+        holder_call search{holders, std::nullopt};
+        report_options options(&format, reason, top, addresses, &search);
         char* text = nullptr;
-        call_default([&](tracepool_t* tp) { return tracepool_report_string_with(tp, &options.c, &text); });
+        search.call([&] {
+          call_default([&](tracepool_t* tp) { return tracepool_report_string_with(tp, &options.c, &text); });
+        });
         return take_string(text);
       },
       py::arg("format") = "json", py::arg("reason") = py::none(), py::arg("top") = 0, py::arg("addresses") = false,
+      py::arg("holders") = py::none(),
       "The report of the memory held now, as 'json', 'text' or 'html'; reason None: 'demand'; top: sites the text lists "
-      "per section (0: 10); addresses: JSON leaks list their live blocks' [address, bytes].");
+      "per section (0: 10); addresses: JSON leaks list their live blocks' [address, bytes]; holders: a holder search "
+      "(tracepool_holders_fn's, in Python: a list of (address, bytes, leak index) -> JSON str or None).");
   m.def(
       "write_report",
       [](const std::string& path, const std::optional<std::string>& format, const std::optional<std::string>& reason,
-         int top) {
+         int top, const py::object& holders) {
         const char* where = c_text(path, "path");
-        report_options options(format ? &*format : nullptr, reason, top);
-        call_default([&](tracepool_t* tp) { return tracepool_write_report_with(tp, where, &options.c); });
+        holder_call search{holders, std::nullopt};
+        report_options options(format ? &*format : nullptr, reason, top, false, &search);
+        search.call([&] {
+          call_default([&](tracepool_t* tp) { return tracepool_write_report_with(tp, where, &options.c); });
+        });
       },
       py::arg("path"), py::arg("format") = py::none(), py::arg("reason") = py::none(), py::arg("top") = 0,
+      py::arg("holders") = py::none(),
       "Writes the report to a file (replaced atomically), 'stderr', a descriptor, a device or a FIFO; format "
       "None: JSON for *.json, HTML for *.html or *.htm, else text.");
   m.def(

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,8 @@ struct report_request {
   size_t top = 10;
   const char* name = nullptr;
   bool addresses = false;
+  tracepool_holders_fn holders = nullptr;
+  void* holders_context = nullptr;
   // A string's rendering (checked by read_options): text unless the format says otherwise.
   std::string render(const core::report& r) const {
     core::report_format f = core::report_format::text;
@@ -95,7 +98,28 @@ status read_options(const char* what, const tracepool_report_options_t* options,
   if (o.top > 0) out->top = static_cast<size_t>(o.top);
   if (size >= offsetof(tracepool_report_options_t, name) + sizeof o.name) out->name = o.name;
   if (size >= offsetof(tracepool_report_options_t, addresses) + sizeof o.addresses) out->addresses = o.addresses != 0;
+  if (size >= offsetof(tracepool_report_options_t, holders_context) + sizeof o.holders_context) {
+    out->holders = o.holders;
+    out->holders_context = o.holders_context;
+  }
   return status::ok;
+}
+
+// The report of the memory held now, as `q` asks: with the holders its holder search names (Note [Who
+// holds it]), asked once, after the collection, holding no lock.
+status make_report(tracepool_t* tp, const report_request& q, core::report* r) {
+  if (status s = core::build_report(*tp->impl, q.reason, r, q.addresses || q.holders != nullptr); s != status::ok)
+    return s;
+  if (q.holders == nullptr) return status::ok;
+  std::vector<tracepool_leak_block_t> blocks;
+  for (size_t i = 0; i < r->leaks.size(); ++i)
+    for (const auto& [address, bytes] : r->leaks[i].addresses)
+      blocks.push_back(tracepool_leak_block_t{address, static_cast<uint64_t>(bytes), i});
+  if (!q.addresses)
+    for (core::site_summary& leak : r->leaks) std::vector<std::pair<uint64_t, int64_t>>().swap(leak.addresses);
+  std::unique_ptr<char, void (*)(void*)> found(q.holders(q.holders_context, blocks.data(), blocks.size()), std::free);
+  if (found == nullptr) return status::ok;
+  return core::read_holders_json(found.get(), r);
 }
 
 }  // namespace
@@ -115,7 +139,7 @@ int tracepool_write_report_with(tracepool_t* tp, const char* path, const tracepo
     report_request q;
     if (status s = read_options("tracepool_write_report", options, &q); s != status::ok) return s;
     core::report r;
-    if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
+    if (status s = make_report(tp, q, &r); s != status::ok) return s;
     return core::write_report_to(r, path, q.format, q.top);
   });
 }
@@ -140,7 +164,7 @@ int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options
     report_request q;
     if (status s = read_options("tracepool_report_string", options, &q); s != status::ok) return s;
     core::report r;
-    if (status s = core::build_report(*tp->impl, q.reason, &r, q.addresses); s != status::ok) return s;
+    if (status s = make_report(tp, q, &r); s != status::ok) return s;
     return copy_out(q.render(r), out);
   });
 }

@@ -254,6 +254,11 @@ std::string to_text(const report& r, size_t top_sites = 10);
 // non-negative integer, not -1", "r.json has schema tracepool.report/2; this tracepool reads
 // tracepool.report/1", "r.json is not a tracepool report (not JSON: ...)"). Never throws.
 status read_report_json(std::string_view text, report* out, const char* subject = "the report");
+// What a host's holder search found (Note [Who holds it] in bindings/python/tracepool/_holders.py), as
+// JSON: {"held_by": {"<leak index>": [holder, ...]}, "holder_search": {...}}, each holder and the search
+// as the report's JSON has them. Read into r's leaks and r->holders; anything else is invalid_argument
+// naming the first problem, and r is left as it was. Never throws.
+status read_holders_json(std::string_view text, report* r);
 // One self-contained HTML page (report_html.cpp) that draws the reports in a browser: one report, or
 // several (the ranks of one job), each a view of its own and all of them merged.
 std::string to_html(const report& r);

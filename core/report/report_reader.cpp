@@ -259,6 +259,25 @@ bool read_by_device(report_reader& in, const json& v, const std::string& path, s
   });
 }
 
+// One entry of a leak's "held_by".
+bool read_holder(report_reader& in, const json& item, const std::string& where, holder_summary* h) {
+  return in.object(item, where, {"holder"}) && in.string(item, where, "holder", &h->holder) &&
+         in.count(item, where, "bytes", &h->bytes) && in.count(item, where, "blocks", &h->blocks) &&
+         in.string(item, where, "example", &h->example);
+}
+
+// "holder_search", where `doc` has one.
+bool read_holder_search(report_reader& in, const json& doc, report* r) {
+  const auto h = doc.find("holder_search");
+  if (h == doc.end() || h->is_null()) return true;
+  r->holders.made = true;
+  return in.object(*h, "holder_search") && in.flag(*h, "holder_search", "complete", &r->holders.complete) &&
+         in.count(*h, "holder_search", "objects", &r->holders.objects) &&
+         in.count(*h, "holder_search", "exposing", &r->holders.exposing) &&
+         in.seconds(*h, "holder_search", "seconds", &r->holders.seconds) &&
+         in.string(*h, "holder_search", "note", &r->holders.note);
+}
+
 bool read_site(report_reader& in, const json& v, const std::string& path, site_summary* s) {
   return in.object(v, path, {"bytes", "blocks", "tags", "frames"}) && in.count(v, path, "site", &s->site) &&
          in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
@@ -270,13 +289,8 @@ bool read_site(report_reader& in, const json& v, const std::string& path, site_s
          read_by_device(in, v, path, &s->by_device) &&
          in.list(v, path, "held_by",
                  [&](const json& item, const std::string& where, size_t) {
-                   holder_summary h;
-                   if (!in.object(item, where, {"holder"}) || !in.string(item, where, "holder", &h.holder) ||
-                       !in.count(item, where, "bytes", &h.bytes) || !in.count(item, where, "blocks", &h.blocks) ||
-                       !in.string(item, where, "example", &h.example))
-                     return false;
-                   s->held_by.push_back(std::move(h));
-                   return true;
+                   s->held_by.emplace_back();
+                   return read_holder(in, item, where, &s->held_by.back());
                  }) &&
          in.frames(v, path, &s->frames);
 }
@@ -304,14 +318,7 @@ bool read_growth(report_reader& in, const json& doc, report* r) {
   if (r->growth_basis != growth_basis_marks && r->growth_basis != growth_basis_auto &&
       r->growth_basis != growth_basis_none)
     return in.fail("growth_basis must be \"marks\", \"automatic marks\" or \"none\", not " + describe(json(r->growth_basis)));
-  const auto h = doc.find("holder_search");
-  if (h == doc.end() || h->is_null()) return true;
-  r->holders.made = true;
-  return in.object(*h, "holder_search") && in.flag(*h, "holder_search", "complete", &r->holders.complete) &&
-         in.count(*h, "holder_search", "objects", &r->holders.objects) &&
-         in.count(*h, "holder_search", "exposing", &r->holders.exposing) &&
-         in.seconds(*h, "holder_search", "seconds", &r->holders.seconds) &&
-         in.string(*h, "holder_search", "note", &r->holders.note);
+  return read_holder_search(in, doc, r);
 }
 
 // The history's timeline (absent without history:N and in older reports): each device once, each
@@ -483,6 +490,53 @@ bool read_body(report_reader& in, const json& doc, report* r) {
 }
 
 }  // namespace
+
+status read_holders_json(std::string_view text, report* r) {
+  const char* who = "the holder search's answer";
+  if (nested_beyond(text, max_parse_depth))
+    return fail(status::invalid_argument, "%s is nested more than %zu levels deep", who, max_parse_depth);
+  try {
+    json doc;
+    try {
+      doc = parse_json(text);
+    } catch (const json::exception& e) {
+      return fail(status::invalid_argument, "%s is not JSON (%s)", who, e.what());
+    }
+    if (!doc.is_object() || !doc.contains("held_by"))
+      return fail(status::invalid_argument, "%s must be an object with \"held_by\"", who);
+    report_reader in;
+    report found;
+    std::vector<std::pair<size_t, std::vector<holder_summary>>> held;
+    const bool read =
+        read_holder_search(in, doc, &found) &&
+        in.object(doc["held_by"], "held_by") && [&] {
+          for (const auto& [key, list] : doc["held_by"].items()) {
+            const std::string where = "held_by." + key;
+            char* end = nullptr;
+            const unsigned long long leak = std::strtoull(key.c_str(), &end, 10);
+            if (key.empty() || *end != '\0' || leak >= r->leaks.size())
+              return in.fail(where + ": the key must be the index of a leak, 0 to " + std::to_string(r->leaks.size()) +
+                             " excluded");
+            held.emplace_back(static_cast<size_t>(leak), std::vector<holder_summary>());
+            if (!list.is_array()) return in.fail(where + " must be a list");
+            for (size_t i = 0; i < list.size(); ++i) {
+              held.back().second.emplace_back();
+              if (!read_holder(in, list[i], where + "[" + std::to_string(i) + "]", &held.back().second.back()))
+                return false;
+            }
+          }
+          return true;
+        }();
+    if (!read) return fail(status::invalid_argument, "%s: %s", who, in.problem.c_str());
+    for (auto& [leak, holders] : held) r->leaks[leak].held_by = std::move(holders);
+    r->holders = std::move(found.holders);
+    return status::ok;
+  } catch (const std::bad_alloc&) {
+    return fail(status::internal, "read_holders_json: host memory exhausted");
+  } catch (const std::exception& e) {
+    return fail(status::internal, "read_holders_json: %s", e.what());
+  }
+}
 
 status read_report_json(std::string_view text, report* out, const char* subject) {
   if (out == nullptr) return fail(status::invalid_argument, "read_report_json: out is NULL");

@@ -137,29 +137,25 @@ def report(format: str = "json", reason: str | None = None, top: int | None = No
     object with ``__cuda_array_interface__`` or DLPack that exposes them, followed to a global, a
     local, a closure cell or the autograd graph of a tensor), found within HOLDER_BUDGET_S seconds.
     """
-    if not holders:
-        return _tracepool.report(format, reason, 0 if top is None else top)
-    return _render(_report_with_holders(reason), format, top)
+    return _tracepool.report(format, reason, 0 if top is None else top, False, _holder_answer() if holders else None)
 
 
-def _report_with_holders(
-    reason: str | None, program_globals: dict[str, Any] | None = None, program_name: str | None = None
-) -> dict[str, Any]:
-    """The JSON report as a dict, each leak with "held_by" (Note [Who holds it] in _holders.py). Holds no
-    allocator lock: the report is made, then its blocks are looked for, on a thread of the search's own
-    that this one waits for within the budget (Note [Bounded search])."""
+def _holder_answer(program_globals: dict[str, Any] | None = None, program_name: str | None = None) -> Any:
+    """The holder search (Note [Who holds it] in _holders.py) as the library's report calls it
+    (tracepool_holders_fn): the leaks' live blocks, (address, bytes, leak index), in; what holds them
+    out, as JSON. The library calls it once, after the memory is collected and holding no lock of its
+    own; the search runs on a thread of its own that this one waits for within the budget (Note
+    [Bounded search]). Importing the search fails here, before any report is made."""
     find_holders = _holder_search()
-    data: dict[str, Any] = json.loads(_tracepool.report("json", reason, 0, True))
-    blocks = [(address, size, index) for index, site in enumerate(data["leaks"])
-              for address, size in site.pop("addresses", ())]
-    found = find_holders(blocks, program_globals, program_name, HOLDER_BUDGET_S)
-    del blocks
-    for index, held in found["held_by"].items():
-        data["leaks"][index]["held_by"] = held
-    data["holder_search"] = {"complete": bool(found["complete"]), "objects": int(found["objects"]),
-                             "exposing": int(found["exposing"]), "seconds": float(found["seconds"]),
-                             "note": found["note"] or ""}
-    return data
+
+    def answer(blocks: list[tuple[int, int, int]]) -> str:
+        found = find_holders(blocks, program_globals, program_name, HOLDER_BUDGET_S)
+        return json.dumps({"held_by": {str(index): held for index, held in found["held_by"].items()},
+                           "holder_search": {"complete": bool(found["complete"]), "objects": int(found["objects"]),
+                                             "exposing": int(found["exposing"]), "seconds": float(found["seconds"]),
+                                             "note": found["note"] or ""}})
+
+    return answer
 
 
 def _holder_search() -> Any:
@@ -176,8 +172,9 @@ def _holder_search() -> Any:
     return find_holders
 
 
-def _render(data: dict[str, Any], format: str, top: int | None) -> str:
-    return _tracepool.render_report(json.dumps(data).encode(), format, 0 if top is None else top, None)
+def _render(saved: str, format: str, top: int | None) -> str:
+    """A report the library made as JSON, rendered as `format` by the library."""
+    return _tracepool.render_report(saved.encode(), format, 0 if top is None else top, None)
 
 
 def _format_for(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None) -> str:
@@ -207,11 +204,9 @@ def write_report(
     :func:`report_path`. Raises :class:`Error` when the report cannot be made or written (every file
     descriptor taken, say), :class:`InvalidArgumentError` for a path it refuses or cannot write.
     """
-    if not holders:  # bytes: any file name the OS allows
-        _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top)
-        return
-    text = _render(_report_with_holders(reason), _format_for(path, format), top)
-    write_file(report_path(path), text.encode("utf-8", "surrogatepass"))  # {rank}, {pid}, {host} (Note [Ranks])
+    # bytes: any file name the OS allows; the library expands {rank}, {pid} and {host} (Note [Ranks])
+    _tracepool.write_report(os.fsencode(path), format, reason, 0 if top is None else top,
+                            _holder_answer() if holders else None)
 
 
 def report_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:

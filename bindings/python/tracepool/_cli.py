@@ -419,10 +419,8 @@ def _report_at_end(options, keep_alive=None):
         sys.stdout.flush()
     except (OSError, ValueError):
         pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
-    if options.no_holders:
-        data = json.loads(tracepool._tracepool.report("json", "exit", 0))
-    else:
-        data = tracepool._report_with_holders("exit", program_globals, program_name)
+    holders = None if options.no_holders else tracepool._holder_answer(program_globals, program_name)
+    data = tracepool._tracepool.report("json", "exit", 0, False, holders)
     status = 0
     if options.output is None:
         sys.stderr.write(tracepool._render(data, options.format or "text", options.top))
@@ -435,7 +433,7 @@ def _report_at_end(options, keep_alive=None):
 
 
 def _write_rendered(data, path, format, top):
-    """Writes the report `data` rendered as `format` where and as the library writes its reports
+    """Writes the report `data` (the library's JSON) rendered as `format` where and as the library writes its reports
     (atomically, or straight into a device or a FIFO), at this rank's path (Note [Ranks]). Never lost
     (Note [When a report cannot be written]): where the path fails, it goes to the temporary folder, and
     where that fails too, as text to stderr. 1 when it did not go to `path`."""

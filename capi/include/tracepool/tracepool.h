@@ -312,6 +312,21 @@ TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, c
  * the fields this library does not know are zero. Bad options are TRACEPOOL_ERR_INVALID_ARGUMENT with
  * a message that says what was wrong in the caller's terms ("unknown report format 'xml': expected
  * one of json, text, html"), quoting at most 64 bytes of it with control characters shown as \xNN. */
+/* A host's holder search (tracepool's Python package passes one: what keeps each leaked block alive).
+ * A report made with one calls it once, after the memory is collected and with no lock of tracepool
+ * held, with every live block of every leak: its address, its bytes and the leak's index in the
+ * report's "leaks". It returns what it found as JSON, in memory from malloc that tracepool frees:
+ *   {"held_by": {"<leak index>": [{"holder": ..., "bytes": ..., "blocks": ..., "example": ...}, ...]},
+ *    "holder_search": {"complete": ..., "objects": ..., "exposing": ..., "seconds": ..., "note": ...}}
+ * (docs/report-schema.md says what each field is), or NULL where it found nothing to say. An answer
+ * that is not that fails the report with TRACEPOOL_ERR_INVALID_ARGUMENT naming its first problem. */
+typedef struct tracepool_leak_block {
+  uint64_t address;
+  uint64_t bytes;
+  uint64_t leak;
+} tracepool_leak_block_t;
+typedef char* (*tracepool_holders_fn)(void* context, const tracepool_leak_block_t* blocks, size_t count);
+
 typedef struct tracepool_report_options {
   size_t size;
   const char* reason; /* why it is made, recorded in the report: NULL gives "demand". UTF-8, 1 to 64
@@ -323,8 +338,10 @@ typedef struct tracepool_report_options {
   const char* name;   /* tracepool_render_report: what its messages call the text, a file name say
                          (NULL: "the text") */
   int addresses;      /* nonzero: each JSON "leaks" entry carries "addresses", [[address, bytes], ...] of
-                         its live blocks, for a tool that names what holds them (tracepool's Python
-                         package). Saved reports drop them when rendered. */
+                         its live blocks, for a tool that names what holds them. Saved reports drop
+                         them when rendered. */
+  tracepool_holders_fn holders; /* who holds the leaks' blocks (NULL: not asked); see tracepool_holders_fn */
+  void* holders_context;        /* passed to `holders` */
 } tracepool_report_options_t;
 /* tracepool_write_report with options: the report of the memory held now, to `path` (the rules of
  * tracepool_write_report). */
