@@ -1,7 +1,8 @@
 // reports.cpp: reports, strings and files at the C ABI (tracepool.h's report section): written to a
 // path, made as a string, rendered from saved JSON (one report or several as HTML), the OOM report,
-// any file written as reports are, and where a report path leads. As tracepool.cpp: arguments
-// checked, every failure a status code with a thread-local message, nothing thrown past here.
+// PyTorch's memory snapshot, any file written as reports are, and where a report path leads. As
+// tracepool.cpp: arguments checked, every failure a status code with a thread-local message, nothing
+// thrown past here.
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -168,6 +169,19 @@ int tracepool_report_string_with(tracepool_t* tp, const tracepool_report_options
     return copy_out(q.render(r), out);
   });
 }
+
+int tracepool_torch_snapshot_string(tracepool_t* tp, char** out) {
+  return guarded("tracepool_torch_snapshot_string", [&] {
+    if (status s = check_handle(tp, "tracepool_torch_snapshot_string"); s != status::ok) return s;
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_torch_snapshot_string: out is NULL");
+    *out = nullptr;
+    std::string text;
+    if (status s = core::build_torch_snapshot(*tp->impl, &text); s != status::ok) return s;
+    return copy_out(text, out);
+  });
+}
+
+int tracepool_snapshot_string(tracepool_t* tp, char** out) { return tracepool_torch_snapshot_string(tp, out); }
 
 int tracepool_render_report(const char* json, size_t size, const tracepool_report_options_t* options, char** out) {
   return guarded("tracepool_render_report", [&] {

@@ -18,6 +18,7 @@
 #include "base/config.h"
 #include "base/excerpt.h"
 #include "base/fork_guard.h"
+#include "base/size_class.h"
 #include "base/status.h"
 #include "exit_report.h"
 #include "handle.h"
@@ -207,6 +208,11 @@ int tracepool_malloc_rounded(tracepool_t* tp, size_t size, size_t rounded, int d
     if (status s = check_handle(tp, "tracepool_malloc_rounded"); s != status::ok) return s;
     return tp->impl->malloc(size, device, stream, out, rounded);
   });
+}
+
+size_t tracepool_segment_size(size_t size) {
+  using namespace tracepool::core;
+  return size <= max_request ? segment_size_for(round_size(size)) : size;
 }
 
 int tracepool_free(tracepool_t* tp, void* ptr, void* /*stream*/) {

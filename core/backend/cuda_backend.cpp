@@ -1,6 +1,5 @@
-// cuda_backend.cpp: the backend over the CUDA driver API, loaded at run time (ARCHITECTURE.md,
-// decision 1). libcuda.so.1 is dlopen'ed and every entry point is resolved through
-// cuGetProcAddress, so the library loads on machines without a GPU and says why at first use.
+// cuda_backend.cpp: the backend over the CUDA driver API, which it calls only through the entry
+// points cuda_driver.h loads at run time (ARCHITECTURE.md, decision 1).
 //
 // Note [Capture-safe calls]
 // While a stream captures a CUDA graph, a "potentially unsafe" driver call invalidates the capture,
@@ -23,9 +22,6 @@
 // (never by a question about it: Note [No context as a side effect] in backend.h), and never released:
 // the host framework owns its lifetime and may still be using it when we are destroyed. Each call
 // makes it current only for its own duration and restores the thread's previous context.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,7 +29,6 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
@@ -43,160 +38,13 @@
 #include <vector>
 
 #include "backend.h"
+#include "cuda_driver.h"
 #include "nvml.h"
 
 namespace tracepool::backend {
 namespace {
 
-// Entry points are resolved with the ABI they had in CUDA 12.0 (cuMemAlloc_v2, ...). Asking for
-// CUDA_VERSION instead would silently switch a pointer's ABI when the headers are upgraded.
-constexpr int kDriverApiVersion = 12000;
 constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc documents only 256
-
-// Every entry point used, as X(member, symbol, type of its CUDA 12.0 version).
-#define TRACEPOOL_CUDA_ENTRY_POINTS(X)                                                    \
-  X(get_error_name, cuGetErrorName, PFN_cuGetErrorName_v6000)                             \
-  X(get_error_string, cuGetErrorString, PFN_cuGetErrorString_v6000)                       \
-  X(init, cuInit, PFN_cuInit_v2000)                                                       \
-  X(device_get_count, cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                       \
-  X(device_get, cuDeviceGet, PFN_cuDeviceGet_v2000)                                       \
-  X(device_get_pci_bus_id, cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)            \
-  X(primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)     \
-  X(primary_ctx_get_state, cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000) \
-  X(ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                          \
-  X(ctx_set_current, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                          \
-  X(mem_get_info, cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                   \
-  X(mem_alloc, cuMemAlloc, PFN_cuMemAlloc_v3020)                                          \
-  X(mem_free, cuMemFree, PFN_cuMemFree_v3020)                                             \
-  X(event_create, cuEventCreate, PFN_cuEventCreate_v2000)                                 \
-  X(event_destroy, cuEventDestroy, PFN_cuEventDestroy_v4000)                              \
-  X(event_record, cuEventRecord, PFN_cuEventRecord_v2000)                                 \
-  X(event_query, cuEventQuery, PFN_cuEventQuery_v2000)                                    \
-  X(event_synchronize, cuEventSynchronize, PFN_cuEventSynchronize_v2000)                  \
-  X(stream_create, cuStreamCreate, PFN_cuStreamCreate_v2000)                              \
-  X(stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                           \
-  X(stream_synchronize, cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)               \
-  X(ctx_synchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                        \
-  X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
-  X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
-  X(stream_get_capture_info, cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v11030)   \
-  X(graph_node_get_dependencies, cuGraphNodeGetDependencies, PFN_cuGraphNodeGetDependencies_v10000) \
-  X(device_get_attribute, cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)            \
-  X(device_can_access_peer, cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000)       \
-  X(mem_get_granularity, cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
-  X(mem_address_reserve, cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)             \
-  X(mem_address_free, cuMemAddressFree, PFN_cuMemAddressFree_v10020)                      \
-  X(mem_create, cuMemCreate, PFN_cuMemCreate_v10020)                                      \
-  X(mem_release, cuMemRelease, PFN_cuMemRelease_v10020)                                   \
-  X(mem_map, cuMemMap, PFN_cuMemMap_v10020)                                               \
-  X(mem_unmap, cuMemUnmap, PFN_cuMemUnmap_v10020)                                         \
-  X(mem_set_access, cuMemSetAccess, PFN_cuMemSetAccess_v10020)
-
-struct driver_api {
-#define TRACEPOOL_DECLARE_ENTRY_POINT(member, symbol, type) type member = nullptr;
-  TRACEPOOL_CUDA_ENTRY_POINTS(TRACEPOOL_DECLARE_ENTRY_POINT)
-#undef TRACEPOOL_DECLARE_ENTRY_POINT
-};
-
-// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", or the bare code where the driver has no name for
-// it. The text lives until this thread's next call.
-const char* describe(const driver_api& api, CUresult r) noexcept {
-  thread_local char t[256];
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (api.get_error_name) api.get_error_name(r, &name);
-  if (api.get_error_string) api.get_error_string(r, &text);
-  if (!name) std::snprintf(t, sizeof t, "CUresult %d", static_cast<int>(r));
-  else std::snprintf(t, sizeof t, "%s (%s)", name, text ? text : "no description");
-  return t;
-}
-
-// CUDA_VISIBLE_DEVICES is the usual reason why a machine with GPUs shows none.
-const char* visible_devices() noexcept {
-  thread_local char note[160];
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!visible) return "CUDA_VISIBLE_DEVICES is unset";
-  std::snprintf(note, sizeof note, "CUDA_VISIBLE_DEVICES=\"%s\"", visible);
-  return note;
-}
-
-// Resolves entry points one by one and remembers the first one the driver lacks.
-struct entry_point_resolver {
-  PFN_cuGetProcAddress_v12000 get_proc;
-  const char* missing = nullptr;
-  CUresult result = CUDA_SUCCESS;
-  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
-
-  template <class F>
-  void operator()(const char* name, F* fn) noexcept {
-    if (missing) return;
-    void* p = nullptr;
-    // Legacy-stream variants: backend.h defines a null stream as the legacy default stream.
-    result = get_proc(name, &p, kDriverApiVersion, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
-    if (result != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !p) missing = name;
-    else *fn = reinterpret_cast<F>(p);
-  }
-};
-
-status open_driver(PFN_cuGetProcAddress_v12000* get_proc) noexcept {
-  // RTLD_LOCAL: the host (PyTorch, CuPy) may hold the driver too; we add a handle without
-  // exporting its symbols. Never dlclose'd: the driver keeps threads and atexit hooks.
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    return fail(status::unavailable,
-                "backend cuda: cannot load libcuda.so.1 (dlopen: %s); is the NVIDIA driver "
-                "installed?", dlerror());
-  }
-  void* symbol = dlsym(library, "cuGetProcAddress_v2");
-  if (!symbol) {
-    return fail(status::unavailable, "backend cuda: libcuda.so.1 has no cuGetProcAddress_v2: the "
-                "NVIDIA driver predates CUDA 12.0 and must be updated");
-  }
-  *get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(symbol);
-  return status::ok;
-}
-
-status explain_missing(const entry_point_resolver& resolve, const driver_api& api) noexcept {
-  // The toolkit's stub libcuda (for linking only) often lands on LD_LIBRARY_PATH in containers.
-  if (resolve.result == CUDA_ERROR_STUB_LIBRARY) {
-    Dl_info info{};
-    dladdr(reinterpret_cast<void*>(resolve.get_proc), &info);
-    return fail(status::unavailable, "backend cuda: %s is the CUDA toolkit's stub library, not "
-                "the NVIDIA driver; is LD_LIBRARY_PATH set to a stubs directory?",
-                info.dli_fname ? info.dli_fname : "libcuda.so.1");
-  }
-  if (resolve.result != CUDA_SUCCESS) {
-    return fail(status::unavailable, "backend cuda: cuGetProcAddress(\"%s\"): %s", resolve.missing,
-                describe(api, resolve.result));
-  }
-  bool too_old = resolve.found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-  return fail(status::unavailable, "backend cuda: the driver has no %s for CUDA 12.0 (%s); update "
-              "the NVIDIA driver", resolve.missing, too_old ? "too old" : "symbol not found");
-}
-
-status load_driver(driver_api* api) noexcept {
-  entry_point_resolver resolve{};
-  if (status s = open_driver(&resolve.get_proc); s != status::ok) return s;
-#define TRACEPOOL_RESOLVE_ENTRY_POINT(member, symbol, type) resolve(#symbol, &api->member);
-  TRACEPOOL_CUDA_ENTRY_POINTS(TRACEPOOL_RESOLVE_ENTRY_POINT)
-#undef TRACEPOOL_RESOLVE_ENTRY_POINT
-  return resolve.missing ? explain_missing(resolve, *api) : status::ok;
-}
-
-status init_driver(const driver_api& api, int* count) noexcept {
-  if (CUresult r = api.init(0); r != CUDA_SUCCESS) {
-    return fail(status::unavailable, "backend cuda: cuInit failed: %s; %s",
-                describe(api, r), visible_devices());
-  }
-  if (CUresult r = api.device_get_count(count); r != CUDA_SUCCESS) {
-    return fail(status::unavailable, "backend cuda: cuDeviceGetCount: %s", describe(api, r));
-  }
-  if (*count <= 0) {
-    return fail(status::unavailable, "backend cuda: the driver reports 0 devices; %s",
-                visible_devices());
-  }
-  return status::ok;
-}
 
 // Runs on the driver's host-callback thread and keeps everything queued behind it on the stream
 // waiting until release_hold() opens the gate. It frees the gate itself, because only it knows

@@ -245,6 +245,9 @@ inline constexpr const char* growth_basis_none = "none";              // too few
 
 // With `addresses`, each leak lists its live blocks (site_summary::addresses).
 status build_report(allocator& a, const char* reason, report* out, bool addresses = false);
+// The memory held now and the allocation history in the layout of PyTorch's
+// torch.cuda.memory._snapshot(), as JSON (torch_snapshot.cpp): what memory_viz reads.
+status build_torch_snapshot(allocator& a, std::string* out);
 std::string to_json(const report& r);
 std::string to_text(const report& r, size_t top_sites = 10);
 // A report saved as JSON (to_json's output, or any text of schema tracepool.report/1) read back, so

@@ -39,7 +39,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "size_class.h"
 #include "torch_profiling.h"
 #include "tracepool/tracepool.h"
 
@@ -555,7 +554,7 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
     (void)tracepool_get_stats(tp, device, &s);
     const double fraction = getMemoryFraction(device);
     const size_t allowed = fraction < 1.0 ? static_cast<size_t>(fraction * static_cast<double>(total)) : total;
-    const size_t segment = segment_size(size);
+    const size_t segment = tracepool_segment_size(size);  // the size PyTorch's message names
     std::vector<cca::OutOfMemoryObserver> observers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -570,13 +569,6 @@ class tracepool_allocator final : public torch::cuda::CUDAPluggableAllocator::CU
                      format_size(allocated), " is allocated by PyTorch, and ",
                      format_size(reserved > allocated ? reserved - allocated : 0),
                      " is reserved by PyTorch but unallocated.\ntracepool: ", why);
-  }
-
-  // The size PyTorch's message names: the segment the request needs (tracepool sizes segments as
-  // PyTorch does, base/size_class.h); a request beyond the largest tracepool serves, as asked.
-  static size_t segment_size(size_t size) {
-    using namespace tracepool::core;
-    return size <= max_request ? segment_size_for(round_size(size)) : size;
   }
 
   std::atomic<bool> caching_{true};        // Note [Caching disabled]

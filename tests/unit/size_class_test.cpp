@@ -69,4 +69,25 @@ TEST(SizeClass, AHostsRoundingSetsTheBlockSizeAndNotTheRequestedBytes) {
   tracepool_destroy(tp);
 }
 
+// The C API's segment size is the one the pool takes from the device: what PyTorch's OOM message names.
+TEST(SizeClass, SegmentSizeAtTheCApiIsWhatThePoolReserves) {
+  const struct { size_t request, segment; } table[] = {
+      {1, 2u << 20}, {1u << 20, 2u << 20}, {(1u << 20) + 1, 20u << 20}, {(10u << 20) - 512, 20u << 20},
+      {10u << 20, 10u << 20}, {(10u << 20) + 1, 12u << 20}, {max_request + 1, max_request + 1}};
+  for (const auto& row : table) EXPECT_EQ(tracepool_segment_size(row.request), row.segment) << row.request;
+  tracepool_t* tp = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host", &tp), TRACEPOOL_OK);
+  for (const size_t request : {size_t{4096}, size_t{3u << 20}, size_t{(10u << 20) + 1}}) {
+    void* p = nullptr;
+    ASSERT_EQ(tracepool_malloc(tp, request, 0, nullptr, &p), TRACEPOOL_OK) << tracepool_last_error();
+    tracepool_stats_t st{};
+    st.size = sizeof st;
+    ASSERT_EQ(tracepool_get_stats(tp, 0, &st), TRACEPOOL_OK);
+    EXPECT_EQ(st.reserved_bytes.current, static_cast<int64_t>(tracepool_segment_size(request))) << request;
+    ASSERT_EQ(tracepool_free(tp, p, nullptr), TRACEPOOL_OK);
+    ASSERT_EQ(tracepool_empty_cache(tp, -1), TRACEPOOL_OK);
+  }
+  tracepool_destroy(tp);
+}
+
 }  // namespace tracepool::core

@@ -108,6 +108,10 @@ TRACEPOOL_API int tracepool_malloc(tracepool_t* tp, size_t size, int device, voi
  * largest request; otherwise tracepool's rounding. The caller's request (statistics, reports) stays `size`. */
 TRACEPOOL_API int tracepool_malloc_rounded(tracepool_t* tp, size_t size, size_t rounded, int device, void* stream,
                                            void** out);
+/* The segment a request of `size` bytes takes from the device when no cached block fits it: 2 MiB up to
+ * 1 MiB, 20 MiB up to 10 MiB, beyond that the request rounded up to 2 MiB (PyTorch's sizes, which its
+ * out-of-memory message names); a request larger than any tracepool serves (2^50) as it is. */
+TRACEPOOL_API size_t tracepool_segment_size(size_t size);
 /* Returns a block to the cache; it is reusable at once on the stream it was allocated on, and on
  * other streams once the work submitted there before the free has completed. NULL is a no-op.
  * `stream` is accepted for symmetry and ignored: the block remembers its allocation stream.

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "handle.h"
 #include "history.h"
 #include "report/held_memory.h"
 #include "report/json_out.h"
+#include "report/report.h"
 #include "report/site_describer.h"
 
 namespace tracepool::core {
@@ -148,6 +148,8 @@ void write_live_blocks(json_out& j, const held_memory& held, site_describer& des
   }
 }
 
+}  // namespace
+
 status build_torch_snapshot(allocator& a, std::string* out) {
   // 1. Collect the blocks held now, then the history: events recorded in between only extend the
   // timeline past the segments' state.
@@ -181,23 +183,4 @@ status build_torch_snapshot(allocator& a, std::string* out) {
   return status::ok;
 }
 
-}  // namespace
 }  // namespace tracepool::core
-
-extern "C" {
-
-int tracepool_torch_snapshot_string(tracepool_t* tp, char** out) {
-  using namespace tracepool;
-  return capi::guarded("tracepool_torch_snapshot_string", [&] {
-    if (status s = capi::check_handle(tp, "tracepool_torch_snapshot_string"); s != status::ok) return s;
-    if (out == nullptr) return fail(status::invalid_argument, "tracepool_torch_snapshot_string: out is NULL");
-    *out = nullptr;
-    std::string text;
-    if (status s = core::build_torch_snapshot(*tp->impl, &text); s != status::ok) return s;
-    return capi::copy_out(text, out);
-  });
-}
-
-int tracepool_snapshot_string(tracepool_t* tp, char** out) { return tracepool_torch_snapshot_string(tp, out); }
-
-}  // extern "C"
