@@ -197,6 +197,21 @@ struct holder_call {
   }
 };
 
+// Saved reports (bytes objects, kept alive by the caller) as the C calls that read several take them.
+struct saved_reports {
+  std::vector<const char*> texts, names;
+  std::vector<size_t> sizes;
+  saved_reports(const std::vector<py::bytes>& saved, const std::vector<std::string>& labels, const char* what) {
+    if (labels.size() != saved.size()) throw py::value_error(std::string(what) + ": one name for each report");
+    for (size_t i = 0; i < saved.size(); ++i) {
+      const std::string_view text = bytes_of(saved[i]);
+      texts.push_back(text.data());
+      sizes.push_back(text.size());
+      names.push_back(c_text(labels[i], "name"));
+    }
+  }
+};
+
 struct report_options {
   tracepool_report_options_t c{};
   report_options(const std::string* format, const std::optional<std::string>& reason, int top,
@@ -482,24 +497,47 @@ void def_marks_and_reports(py::module_& m) {
   m.def(
       "render_html",
       [](const std::vector<py::bytes>& saved, const std::vector<std::string>& names) {
-        if (names.size() != saved.size()) throw py::value_error("render_html: one name for each report");
-        std::vector<const char*> texts, labels;
-        std::vector<size_t> sizes;
-        for (size_t i = 0; i < saved.size(); ++i) {
-          const std::string_view text = bytes_of(saved[i]);
-          texts.push_back(text.data());
-          sizes.push_back(text.size());
-          labels.push_back(c_text(names[i], "name"));
-        }
+        const saved_reports in(saved, names, "render_html");
         char* page = nullptr;
         // `saved` holds the bytes objects until this returns: read without the GIL.
-        call_without_gil(
-            [&] { return tracepool_render_html(texts.size(), texts.data(), sizes.data(), labels.data(), &page); });
+        call_without_gil([&] {
+          return tracepool_render_html(in.texts.size(), in.texts.data(), in.sizes.data(), in.names.data(), &page);
+        });
         return take_string(page);
       },
       py::arg("reports"), py::arg("names"),
       "One HTML page of several reports saved as JSON (bytes each; the ranks of one job): a view of each and "
       "of them all merged; `names` are what messages call them.");
+  m.def(
+      "merge_reports",
+      [](const std::vector<py::bytes>& saved, const std::vector<std::string>& names, const std::string& format,
+         int top) {
+        const saved_reports in(saved, names, "merge_reports");
+        report_options options(&format, std::nullopt, top);
+        char* view = nullptr;
+        call_without_gil([&] {
+          return tracepool_merge_reports(in.texts.size(), in.texts.data(), in.sizes.data(), in.names.data(),
+                                         &options.c, &view);
+        });
+        return take_string(view);
+      },
+      py::arg("reports"), py::arg("names"), py::arg("format") = "text", py::arg("top") = 0,
+      "Several reports saved as JSON (bytes each) as one view, as 'text', 'json' (tracepool.merge/1) or 'html'; "
+      "`names` are what the view and messages call them.");
+  m.def(
+      "diff_reports",
+      [](const py::bytes& before, const py::bytes& after, const std::vector<std::string>& names,
+         const std::string& format, int top) {
+        const saved_reports in({before, after}, names, "diff_reports");
+        report_options options(&format, std::nullopt, top);
+        char* change = nullptr;
+        call_without_gil(
+            [&] { return tracepool_diff_reports(in.texts.data(), in.sizes.data(), in.names.data(), &options.c, &change); });
+        return take_string(change);
+      },
+      py::arg("before"), py::arg("after"), py::arg("names"), py::arg("format") = "text", py::arg("top") = 0,
+      "What changed from one saved report to another (bytes each), as 'text' or 'json' (tracepool.diff/1); "
+      "`names` (two) are what the view and messages call them.");
 }
 
 // Files: written whole or in place, their paths, names made printable.

@@ -16,6 +16,7 @@
 #include "base/utf8.h"
 #include "base/printable.h"
 #include "handle.h"
+#include "report/compare.h"
 #include "report/report.h"
 #include "tracepool/tracepool.h"
 
@@ -38,12 +39,13 @@ struct report_request {
   bool addresses = false;
   tracepool_holders_fn holders = nullptr;
   void* holders_context = nullptr;
-  // A string's rendering (checked by read_options): text unless the format says otherwise.
-  std::string render(const core::report& r) const {
+  // A string's format (checked by read_options): text unless the format says otherwise.
+  core::report_format string_format() const {
     core::report_format f = core::report_format::text;
     (void)core::report_format_of(format, nullptr, &f);
-    return core::render(r, f, top);
+    return f;
   }
+  std::string render(const core::report& r) const { return core::render(r, string_format(), top); }
 };
 
 // The struct as first published (through `top`): what the smallest caller passes.
@@ -102,6 +104,26 @@ status read_options(const char* what, const tracepool_report_options_t* options,
   if (size >= offsetof(tracepool_report_options_t, holders_context) + sizeof o.holders_context) {
     out->holders = o.holders;
     out->holders_context = o.holders_context;
+  }
+  return status::ok;
+}
+
+// `count` saved reports as the calls that read several take them (tracepool_render_html's arguments),
+// each named for messages: names[i], else "report i". Nothing is read yet.
+status saved_texts(const char* what, size_t count, const char* const* reports, const size_t* sizes,
+                   const char* const* names, std::vector<core::saved_text>* out) {
+  if (count == 0) return tracepool::fail(status::invalid_argument, "%s: no report (count is 0)", what);
+  if (reports == nullptr || sizes == nullptr)
+    return tracepool::fail(status::invalid_argument, "%s: reports or sizes is NULL", what);
+  constexpr size_t most = 4096;  // ranks of one job; more is a mistake in count
+  if (count > most)
+    return tracepool::fail(status::invalid_argument, "%s: count is %zu; at most %zu reports", what, count, most);
+  for (size_t i = 0; i < count; ++i) {
+    std::string name = names != nullptr && names[i] != nullptr ? names[i] : "report " + std::to_string(i);
+    if (reports[i] == nullptr && sizes[i] != 0)
+      return tracepool::fail(status::invalid_argument, "%s: %s is NULL and its size is %zu", what, name.c_str(),
+                             sizes[i]);
+    out->push_back({std::string_view(reports[i] != nullptr ? reports[i] : "", sizes[i]), std::move(name)});
   }
   return status::ok;
 }
@@ -205,25 +227,44 @@ int tracepool_render_html(size_t count, const char* const* reports, const size_t
   return guarded("tracepool_render_html", [&] {
     if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_render_html: out is NULL");
     *out = nullptr;
-    if (count == 0) return tracepool::fail(status::invalid_argument, "tracepool_render_html: no report (count is 0)");
-    if (reports == nullptr || sizes == nullptr)
-      return tracepool::fail(status::invalid_argument, "tracepool_render_html: reports or sizes is NULL");
-    constexpr size_t most = 4096;  // ranks of one job; more is a mistake in count
-    if (count > most)
-      return tracepool::fail(status::invalid_argument, "tracepool_render_html: count is %zu; at most %zu reports",
-                             count, most);
-    std::vector<core::report> read(count);
-    std::vector<const core::report*> pages;
-    for (size_t i = 0; i < count; ++i) {
-      const std::string subject = names != nullptr && names[i] != nullptr ? names[i] : "report " + std::to_string(i);
-      if (reports[i] == nullptr && sizes[i] != 0)
-        return tracepool::fail(status::invalid_argument, "tracepool_render_html: %s is NULL and its size is %zu",
-                               subject.c_str(), sizes[i]);
-      const std::string_view text(reports[i] != nullptr ? reports[i] : "", sizes[i]);
-      if (status s = core::read_report_json(text, &read[i], subject.c_str()); s != status::ok) return s;
-      pages.push_back(&read[i]);
-    }
-    return copy_out(core::to_html(pages), out);
+    std::vector<core::saved_text> texts;
+    if (status s = saved_texts("tracepool_render_html", count, reports, sizes, names, &texts); s != status::ok)
+      return s;
+    std::string page;
+    if (status s = core::merge_reports(texts, core::report_format::html, 0, &page); s != status::ok) return s;
+    return copy_out(page, out);
+  });
+}
+
+int tracepool_merge_reports(size_t count, const char* const* reports, const size_t* sizes, const char* const* names,
+                            const tracepool_report_options_t* options, char** out) {
+  return guarded("tracepool_merge_reports", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_merge_reports: out is NULL");
+    *out = nullptr;
+    report_request q;
+    if (status s = read_options("tracepool_merge_reports", options, &q); s != status::ok) return s;
+    std::vector<core::saved_text> texts;
+    if (status s = saved_texts("tracepool_merge_reports", count, reports, sizes, names, &texts); s != status::ok)
+      return s;
+    std::string view;
+    if (status s = core::merge_reports(texts, q.string_format(), q.top, &view); s != status::ok) return s;
+    return copy_out(view, out);
+  });
+}
+
+int tracepool_diff_reports(const char* const reports[2], const size_t sizes[2], const char* const names[2],
+                           const tracepool_report_options_t* options, char** out) {
+  return guarded("tracepool_diff_reports", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_diff_reports: out is NULL");
+    *out = nullptr;
+    report_request q;
+    if (status s = read_options("tracepool_diff_reports", options, &q); s != status::ok) return s;
+    std::vector<core::saved_text> texts;
+    if (status s = saved_texts("tracepool_diff_reports", 2, reports, sizes, names, &texts); s != status::ok) return s;
+    std::string change;
+    if (status s = core::diff_reports(texts[0], texts[1], q.string_format(), q.top, &change); s != status::ok)
+      return s;
+    return copy_out(change, out);
   });
 }
 

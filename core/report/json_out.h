@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/utf8.h"
+#include "report/wording.h"
 #include "trace/symbolizer.h"
 
 namespace tracepool::core {
@@ -108,9 +109,8 @@ inline std::string hex(uintptr_t address) {
 // ({filename, line, name}, notes/pytorch.md §3.3), what memory_viz reads.
 enum class frame_schema { tracepool, pytorch };
 
-// `"frames": [...]`, innermost first.
-inline void write_frames(json_out& j, const std::vector<frame_info>& frames, frame_schema schema) {
-  j.key("frames");
+// A frame list, innermost first.
+inline void write_frame_list(json_out& j, const std::vector<frame_info>& frames, frame_schema schema) {
   j.open('[');
   for (const frame_info& f : frames) {
     j.open('{');
@@ -131,6 +131,9 @@ inline void write_frames(json_out& j, const std::vector<frame_info>& frames, fra
       j.value(static_cast<int64_t>(f.line));
     if (f.script) {
       j.key("borrowed"), j.value(f.borrowed);
+      // Note [Site titles]: what the page needs to tell the user's lines from the rest.
+      j.key("library"), j.value(is_library(f));
+      j.key("launcher"), j.value(is_launcher(f));
     } else {
       j.key("module"), j.value_or_null(f.module);
       j.key("address"), j.value(hex(f.address));
@@ -139,6 +142,12 @@ inline void write_frames(json_out& j, const std::vector<frame_info>& frames, fra
     j.close('}');
   }
   j.close(']');
+}
+
+// `"frames": [...]`.
+inline void write_frames(json_out& j, const std::vector<frame_info>& frames, frame_schema schema) {
+  j.key("frames");
+  write_frame_list(j, frames, schema);
 }
 
 }  // namespace tracepool::core

@@ -13,6 +13,7 @@
 
 #include "base/printable.h"
 #include "report/report.h"
+#include "report/wording.h"
 
 namespace tracepool::core {
 
@@ -22,34 +23,7 @@ constexpr size_t frames_shown = 5;
 constexpr size_t series_shown = 8;  // live bytes at the latest marks, for a growing site
 constexpr size_t marks_shown = 12;  // marks listed: the first quarter of them, then the latest
 
-std::string printf_string(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_string(const char* fmt, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// A long name cut to `most` bytes with "..." (`most` > 6), not inside a UTF-8 sequence (at most three
-// continuation bytes follow its first).
-std::string cut(const std::string& name, size_t most) {
-  if (name.size() <= most) return name;
-  size_t end = most - 3;
-  for (int back = 0; back < 3 && (static_cast<unsigned char>(name[end]) & 0xc0) == 0x80; ++back) --end;
-  return name.substr(0, end) + "...";
-}
-
-std::string function_name(const frame_info& f) {
-  if (f.function.empty()) return f.script ? "??" : printf_string("0x%" PRIxPTR, f.address);
-  return printable(cut(f.function, 100));
-}
+std::string function_name(const frame_info& f) { return printable(frame_function(f)); }
 
 std::string file_and_line(const std::string& file, int line) { return printable(file) + ":" + std::to_string(line); }
 
@@ -64,13 +38,6 @@ std::string frame_line(const frame_info& f, bool note_borrowed = true) {
   else if (!f.module.empty())
     line += " (in " + printable(base_name(f.module)) + ")";
   return line + (f.borrowed && note_borrowed ? borrowed_note : "");
-}
-
-// Python code the user did not write: installed packages, the standard library, frozen modules.
-bool is_library(const frame_info& f) {
-  const std::string& p = f.file;
-  return p.find("/site-packages/") != std::string::npos || p.find("/dist-packages/") != std::string::npos ||
-         p.find("/lib/python3") != std::string::npos || p.rfind("<frozen", 0) == 0;
 }
 
 // The script frames of a stack, innermost first, and the first of them that is the user's own.
@@ -169,18 +136,12 @@ void frames(std::string& out, const std::vector<frame_info>& fs) {
   if (shown < fs.size()) out += printf_string("       ... %zu more frames\n", fs.size() - shown);
 }
 
-// The one frame that names a site in a line: the user's innermost script frame, else the innermost.
-const frame_info& where(const std::vector<frame_info>& fs) {
-  const python_view v = python_frames(fs);
-  return v.frames.empty() ? fs[0] : *v.frames[v.first_user];
+// A site in one line (Note [Site titles]), made safe to print: "at train_step (train.py:88)".
+std::string at_title(const std::vector<frame_info>& fs) {
+  return fs.empty() ? "(no call site recorded)" : "at " + printable(site_title(fs));
 }
 
-std::string tag_list(const std::vector<std::string>& tags) {
-  if (tags.empty()) return "";
-  std::string s = " [";
-  for (size_t i = 0; i < tags.size(); ++i) s += (i ? " > " : "") + printable(tags[i]);
-  return s + "]";
-}
+std::string tags_of(const std::vector<std::string>& tags) { return printable(tag_list(tags)); }
 
 std::string blocks_word(int64_t n) { return n == 1 ? "1 block" : std::to_string(n) + " blocks"; }
 
@@ -203,7 +164,7 @@ void first_of(std::string& out, const std::vector<T>& all, size_t top, const cha
 std::string pool_name(const report& r, const pool_summary& p) {
   std::string name = "held by " + (p.label.empty() ? std::string(unlabelled_pool) : printable(p.label));
   if (r.devices.size() > 1) name += printf_string(" on device %d", p.device);
-  return name + (p.frames.empty() ? " (no call site recorded)" : " created " + frame_line(where(p.frames)));
+  return name + (p.frames.empty() ? " (no call site recorded)" : " created " + at_title(p.frames));
 }
 
 // Each device's bytes reserved by private pools, in one pass over the pools.
@@ -228,7 +189,7 @@ void pools(std::string& out, const report& r, size_t top) {
                          human_bytes(p.reserved_bytes).c_str());
     for (const pool_site_summary& s : p.sites) {
       out += printf_string("       %s in %s ", human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str());
-      out += (s.frames.empty() ? std::string("(no call site recorded)") : frame_line(where(s.frames))) + "\n";
+      out += at_title(s.frames) + "\n";
     }
   });
 }
@@ -270,15 +231,6 @@ std::string growable_verdict(const report& r, const device_summary& d) {
 }
 
 }  // namespace
-
-std::string human_bytes(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  const int64_t m = bytes < 0 ? -bytes : bytes;
-  if (m >= (int64_t{1} << 30)) return printf_string("%.2f GiB", b / (1 << 30));
-  if (m >= (int64_t{1} << 20)) return printf_string("%.2f MiB", b / (1 << 20));
-  if (m >= (int64_t{1} << 10)) return printf_string("%.2f KiB", b / (1 << 10));
-  return printf_string("%" PRId64 " B", bytes);
-}
 
 // The driver's used bytes by process (Note [Where the memory went] in device_memory.cpp), one line.
 std::string by_process(const report& r, const device_summary& d) {
@@ -423,7 +375,7 @@ std::string to_text(const report& r, size_t top) {
   const auto requested = [](const site_summary& s) { return s.bytes; };
   first_of(out, r.leaks, top, "sites", requested, [&](size_t i, const site_summary& s) {
     out += printf_string("  #%zu %s in %s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str()) +
-           tag_list(s.tags);
+           tags_of(s.tags);
     if (s.growing && r.growth_basis == growth_basis_auto && s.growth_floors.size() == growth_windows) {
       const auto& f = s.growth_floors;  // Note [Growth by window floors]
       out += printf_string("  GROWING without marks: lowest live %s in the run's first sixteenth, %s at mid-run, %s in "
@@ -455,8 +407,8 @@ std::string to_text(const report& r, size_t top) {
                            : "after mark '" + printable(r.marks[static_cast<size_t>(t.born_after)].label) + "'";
       out += "  " + human_bytes(t.bytes) + " in " + blocks_word(t.blocks) + " born " + born +
              printf_string(", alive through %llu mark(s)", static_cast<unsigned long long>(t.marks_survived)) +
-             tag_list(s.tags) + "\n";
-      if (!s.frames.empty()) out += "       " + frame_line(where(s.frames)) + "\n";
+             tags_of(s.tags) + "\n";
+      if (!s.frames.empty()) out += "       " + at_title(s.frames) + "\n";
     }
     out += r.marks_made > r.marks.size()
                ? printf_string("\nMarks (%llu made; kept: the first, the latest and %zu between):\n",
@@ -483,7 +435,7 @@ std::string to_text(const report& r, size_t top) {
     out += printf_string("  #%zu %s in %s free, largest %s, %s of it inside partly used segments", i + 1,
                          human_bytes(c.bytes).c_str(), blocks_word(c.blocks).c_str(),
                          human_bytes(c.largest_free_block).c_str(), human_bytes(c.inactive_split_bytes).c_str()) +
-           tag_list(c.tags) + "\n";
+           tags_of(c.tags) + "\n";
     frames(out, c.frames);
   }
   return out;
@@ -505,7 +457,7 @@ std::string oom_summary(const report& r, int device) {
   for (size_t i = 0; i < r.leaks.size() && i < 3; ++i) {
     const site_summary& s = r.leaks[i];
     out += printf_string("\n  %s in %s ", human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str());
-    out += s.frames.empty() ? std::string("(no call site recorded)") : frame_line(where(s.frames));
+    out += at_title(s.frames);
   }
   for (const pool_summary& p : r.pools)
     if (p.device == device)

@@ -25,7 +25,7 @@ kept = []
 def keep(n):
     kept.append(tracepool.alloc(n))  # keep
 for step in range(steps):
-    keep(1 << 20)
+    keep(1 << 20)  # call keep
     tracepool.free(tracepool.alloc(4 << 20))  # churn
     tracepool.mark("step %d" % step)
 if sys.argv[2:] == ["extra"]:
@@ -35,6 +35,15 @@ if sys.argv[2:] == ["extra"]:
 
 def line_of(path, marker):
     return [i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if text.endswith("# " + marker)][0]
+
+
+def keep_title(program):
+    """The title of the site that keeps memory (Note [Site titles]): its line, then its caller's."""
+    return "keep (prog.py:%d) \u2190 <module> (:%d)" % (line_of(program, "keep"), line_of(program, "call keep"))
+
+
+def module_title(program, marker):
+    return "<module> (prog.py:%d)" % line_of(program, marker)
 
 
 def cli(*args, env=None, cwd=None):
@@ -105,7 +114,7 @@ def test_merge_shows_each_site_across_ranks_and_the_imbalance(program, tmp_path)
     files = sorted(tmp_path.glob("report-rank*.json"), reverse=True)  # order given does not matter
     r = cli("merge", *files)
     assert r.returncode == 0, r.stderr
-    keep = "prog.py:%d in keep" % line_of(program, "keep")
+    keep = keep_title(program)
     assert "== tracepool merge: 2 reports of a world of 2" in r.stdout
     assert "Imbalance: rank 1 holds 2.00 MiB more live memory than rank 0" in r.stdout
     assert "  +2.00 MiB at %s" % keep in r.stdout
@@ -121,7 +130,7 @@ def test_merge_shows_each_site_across_ranks_and_the_imbalance(program, tmp_path)
     assert site["live_bytes"] == [3 * MiB, 5 * MiB]
     assert site["most_live"] == "rank 1" and site["imbalance"] == 1.25
     assert site["growing"] == [True, True]
-    [churn] = [s for s in merged["sites"] if s["where"] == "prog.py:%d in <module>" % line_of(program, "churn")]
+    [churn] = [s for s in merged["sites"] if s["where"] == module_title(program, "churn")]
     assert churn["live_bytes"] == [0, 0] and min(churn["cached_bytes"]) > 0
 
 
@@ -138,8 +147,8 @@ def test_diff_gives_each_sites_change(program, tmp_path):
     assert cli("run", "--no-torch", "-o", tmp_path / "after.json", program, "5", "extra").returncode == 0
     r = cli("diff", tmp_path / "before.json", tmp_path / "after.json")
     assert r.returncode == 0, r.stderr
-    keep = "prog.py:%d in keep" % line_of(program, "keep")
-    extra = "prog.py:%d in <module>" % line_of(program, "extra")
+    keep = keep_title(program)
+    extra = module_title(program, "extra")
     assert "  allocated 2.00 MiB -> 7.00 MiB (+5.00 MiB)" in r.stdout
     assert "  %s\n      live 2.00 MiB -> 5.00 MiB, cached " % keep in r.stdout
     assert r.stdout.index(keep) < r.stdout.index(extra)  # the largest change first

@@ -77,7 +77,8 @@ def test_merge_and_diff_text_show_every_string_from_a_report_escaped(command, tm
     text = done.stdout.decode("utf-8")
     assert_escaped(text)
     assert "a%s.json" % NAME_SHOWN in text  # the file name, and merge's label of the report
-    assert "prog%s.py:4 in <module>%s [one%s]" % (SHOWN, SHOWN, SHOWN) in text  # file, function and tag
+    assert "<module>%s (prog%s.py:4) \u2190 " % (SHOWN, SHOWN) in text  # function and file
+    assert "[one%s]" % SHOWN in text  # a tag
     if command == "merge":
         assert "on host%s, exit" % SHOWN in text
     # JSON keeps the strings as they are: json.dumps escapes them for JSON.

@@ -90,7 +90,8 @@ def test_a_retained_pool_is_its_own_group_named_by_the_line_that_created_it(pool
         assert mentions(pool["sites"], "graph_alloc")
         assert not mentions(report["leaks"], "graph_alloc"), "a graph's blocks are not leaks"
         text = tracepool.report("text", reason="exit")
-        assert "held by CUDA graph created at open_graph_pool (%s:%d)" % (__file__, line_of("[creates]")) in text
+        # Named by its title (Note [Site titles]): the line, then its callers'.
+        assert "held by CUDA graph created at open_graph_pool (test_pools.py:%d) \u2190 " % line_of("[creates]") in text
         assert "5.86 KiB live in 2 blocks" in text
     finally:
         assert pool_api.tracepool_pool_release(tp, 0, POOL) == OK

@@ -181,7 +181,7 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
         "at 0x11 (in a)\n       at fn (a.c:3)\n       at main (a.c:4)\n",
         "(no call site: capture was off or the site table was full)", "after mark 'époque 1'",
         "born before the first mark", "Marks:\n  epoch 0 ", "; 48.00 MiB reserved by private pools\n",
-        "\n  held by CUDA graph on device 1 created at train_step (train.py:88): 48.00 MiB (12.00 MiB live in 12 "
+        "\n  held by CUDA graph on device 1 created at train_step (train.py:88) \u00b7 via capture (graphs.py:180): 48.00 MiB (12.00 MiB live in 12 "
         "blocks, 36.00 MiB of its 48.00 MiB free inside the pool)\n"
         "       8.00 MiB in 8 blocks at forward (model.py:10)\n"
         "       4.00 MiB in 4 blocks (no call site recorded)\n",
@@ -190,7 +190,7 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
   }
   EXPECT_EQ(text.find("runpy"), std::string::npos) << "nothing beyond <module>";
   const std::string oom = core::oom_summary(every_section("oom"), 1);
-  EXPECT_NE(oom.find("\n  48.00 MiB held by CUDA graph on device 1 created at train_step (train.py:88), 36.00 MiB of "
+  EXPECT_NE(oom.find("\n  48.00 MiB held by CUDA graph on device 1 created at train_step (train.py:88) \u00b7 via capture (graphs.py:180), 36.00 MiB of "
                      "it free inside the pool"),
             std::string::npos)
       << oom;

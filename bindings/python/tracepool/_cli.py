@@ -578,27 +578,20 @@ def _print(text, what):
 
 
 def _compare(parser, command, argv):
-    """`merge` and `diff`: computed by tracepool._compare, printed or written where reports go."""
+    """`merge` and `diff`: computed and rendered by the library (tracepool._compare), printed or written
+    where reports go."""
     import tracepool
     from tracepool import _compare
 
     options = parser.parse_args([command] + argv)
     format = tracepool._format_for(options.output or "", options.format)
-    if command == "merge" and format == "html":
-        try:  # the library's page of the reports themselves, each a view, and all of them
-            return _emit(_compare.merge_html(options.files, options.max_input_size), options.output, command)
-        except _compare.ReportError as e:
-            raise UsageError("%s: %s" % (command, e)) from None
     try:
         if command == "merge":
-            result = _compare.merge(options.files, options.max_input_size)
-            render = _compare.merge_text
+            text = _compare.merge(options.files, format, options.top, options.max_input_size)
         else:
-            result = _compare.diff(options.before, options.after, options.max_input_size)
-            render = _compare.diff_text
+            text = _compare.diff(options.before, options.after, format, options.top, options.max_input_size)
     except _compare.ReportError as e:
         raise UsageError("%s: %s" % (command, e)) from None
-    text = json.dumps(result, indent=1) + "\n" if format == "json" else render(result, options.top)
     return _emit(text, options.output, command)
 
 

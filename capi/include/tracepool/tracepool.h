@@ -371,6 +371,22 @@ TRACEPOOL_API int tracepool_render_report(const char* json, size_t size, const t
  * tracepool_render_report would. At most 4096 reports. Release *out with tracepool_string_free. */
 TRACEPOOL_API int tracepool_render_html(size_t count, const char* const* reports, const size_t* sizes,
                                         const char* const* names, char** out);
+/* Several reports saved as JSON (the ranks of one job, or runs) as one view: each call site's live and
+ * cached bytes in each, the imbalance between them and where it grows. A site is known across reports
+ * by its tags and frames, and named as every report names it (its title). reports, sizes and names as
+ * tracepool_render_html's; the reports in rank order, then by name. options: format "text" (also for
+ * NULL), "json" (schema tracepool.merge/1) or "html" (tracepool_render_html's page); top: sites listed
+ * (0: 10). Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_merge_reports(size_t count, const char* const* reports, const size_t* sizes,
+                                          const char* const* names, const tracepool_report_options_t* options,
+                                          char** out);
+/* What changed from one saved report (reports[0], the earlier) to another (reports[1]): each call site's
+ * live and cached bytes in both, the largest change first; the totals of allocated, reserved and
+ * cached bytes. names as tracepool_render_html's. options: format "text" (also for NULL) or "json"
+ * (schema tracepool.diff/1); top as tracepool_merge_reports's. Release *out with tracepool_string_free. */
+TRACEPOOL_API int tracepool_diff_reports(const char* const reports[2], const size_t sizes[2],
+                                         const char* const names[2], const tracepool_report_options_t* options,
+                                         char** out);
 /* `size` bytes of `text` (a name from a report, a file name) as every text rendering of tracepool shows
  * it on a terminal: each control character (C0, DEL, C1) and each byte that is not UTF-8 as \xNN, the
  * line separators and bidirectional controls as \uNNNN, everything else as it is (Note [Printable text]

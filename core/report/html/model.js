@@ -24,9 +24,10 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// As the library writes sizes (human_bytes in core/report/wording.h): "24.00 MiB", "512 B".
 function bytes(n) {
   if (n == null || !isFinite(n)) return "?";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const units = ["B", "KiB", "MiB", "GiB"];
   let u = 0;
   let v = Math.abs(n);
   while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
@@ -37,20 +38,20 @@ const count = (n) => (n == null ? "?" : Number(n).toLocaleString("en-US"));
 const percent = (part, whole) => (whole > 0 ? (100 * part / whole).toFixed(1) + "%" : "");
 const basename = (path) => (path ? String(path).replace(/^.*\//, "") : "");
 
-// A frame as one line: "function (file:line)"; what the report could not name says so.
+// A frame as one line, as the library writes it (frame_text in core/report/wording.h): "function
+// (file:line)", "function (in libx.so)"; `full`: the whole path. What the report could not name says so.
 function frameText(f, full) {
   const file = full ? f.file : basename(f.file);
   if (f.kind === "python") return (f.function || "??") + " (" + (file || "?") + ":" + (f.line ?? "?") + ")";
   let where = file ? " (" + file + (f.line != null ? ":" + f.line : "") + ")" : "";
-  if (!where && f.module) where = " [" + (full ? f.module : basename(f.module)) + "]";
+  if (!where && f.module) where = " (in " + (full ? f.module : basename(f.module)) + ")";
   return (f.function && f.function !== "??" ? f.function : f.address || "??") + where;
 }
 
-// What ran the program rather than being it: runpy and `python -m tracepool run` itself.
-const LAUNCHER = /^<frozen |\/tracepool\/(_cli|__main__)\.py$|\/runpy\.py$/;
-// Python's own library and installed packages (torch's modules, say): code the user did not write.
-const LIBRARY = /\/(site|dist)-packages\/|\/lib\/python\d[\d.]*\/|^<frozen /;
-const isLibrary = (f) => f.kind === "python" && LIBRARY.test(f.file || "");
+// Which Python lines are the user's, and which ran the program rather than being it, as the library
+// decided (Note [Site titles] in core/report/wording.h): the page keeps no rule of its own.
+const isLibrary = (f) => f.kind === "python" && f.library === true;
+const isLauncher = (f) => f.kind === "python" && f.launcher === true;
 
 // The frames a reader reads, innermost first: the interpreter's own C frames never, nor the
 // launcher's frames outside the program; with `pythonOnly`, the Python frames alone where a stack
@@ -58,7 +59,7 @@ const isLibrary = (f) => f.kind === "python" && LIBRARY.test(f.file || "");
 function readableFrames(frames, pythonOnly) {
   let kept = (frames || []).filter((f) => !f.interpreter);
   let outer = kept.length;
-  while (outer > 1 && kept[outer - 1].kind === "python" && LAUNCHER.test(kept[outer - 1].file || "")) outer--;
+  while (outer > 1 && isLauncher(kept[outer - 1])) outer--;
   kept = kept.slice(0, outer);
   if (!pythonOnly) return kept;
   // The user's own Python lines, and the innermost frame (where in a library the memory was asked).
@@ -67,24 +68,8 @@ function readableFrames(frames, pythonOnly) {
   return py.length ? py : kept;
 }
 
-// The lines a site is known by: its innermost readable frames (Python ones where it has any),
-// each caller after a "←", a file named once while it stays the same.
-function siteTitle(frames, most) {
-  let kept = readableFrames(frames, true);
-  // Where the user's code asked first, then the library line that allocated.
-  const own = kept.findIndex((f) => !isLibrary(f));
-  if (own > 0) kept = kept.slice(own).slice(0, (most || 4) - 1).concat([{ via: kept[0] }]);
-  kept = kept.slice(0, most || 4);
-  if (!kept.length) return "(no call site known)";
-  let file = null;
-  return kept.map((f) => {
-    if (f.via) return "· via " + frameText(f.via, false);
-    const same = f.file && f.file === file;
-    file = f.file;
-    if (!same) return frameText(f, false);
-    return (f.function || "??") + " (:" + (f.line ?? "?") + ")";
-  }).join(" ← ").replace(" ← · via", " · via");
-}
+// A site's title, as the library wrote it (Note [Site titles]).
+const siteTitle = (site) => site.title || "(no call site recorded)";
 
 function showError(message) {
   const box = $("error");

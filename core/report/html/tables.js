@@ -117,7 +117,7 @@ function stackView(e) {
       (f.kind === "native" && f.module && f.file ? "  [" + basename(f.module) + "]" : "") + (f.borrowed ? "  (borrowed)" : "") }));
   if (s.sites && s.sites.length) {
     box.append(el("div", { text: "its live blocks come from:" }));
-    for (const p of s.sites) box.append(el("div", { text: "  " + bytes(p.bytes) + " at " + siteTitle(p.frames) }));
+    for (const p of s.sites) box.append(el("div", { text: "  " + bytes(p.bytes) + " at " + siteTitle(p) }));
   }
   return box;
 }
@@ -161,7 +161,7 @@ function drawTable() {
     const id = state.table + ":" + e.ri + ":" + e.index;
     const site = el("td", { class: "site" });
     if (spec.list === "pools") site.append(e.s.label + " ");
-    site.append(siteTitle(e.s.frames));
+    site.append(siteTitle(e.s));
     if (e.s.growing && spec.list === "leaks") site.append(" ", el("span", { class: "badge", text: "GROWING" }));
     if ((e.s.tags || []).length) site.append(" [" + e.s.tags.join("/") + "]");
     if (e.s.held_by && e.s.held_by.length) site.append(el("div", { class: "holder", text: "held by " + e.s.held_by[0].holder }));

@@ -137,7 +137,7 @@ function drawTimeline() {
   sites.forEach((l, i) => {
     const color = l.growing ? SITE_COLORS[i % 4] : SITE_COLORS[4 + (i % 4)];
     line(l.values, color, l.growing ? 2 : 1.2, l.growing ? null : "3,2", "site");
-    key(color, (l.growing ? "GROWING " : "") + siteTitle(l.s.frames, 3) + " " + bytes(l.s.bytes), l.growing ? "grow" : "");
+    key(color, (l.growing ? "GROWING " : "") + siteTitle(l.s) + " " + bytes(l.s.bytes), l.growing ? "grow" : "");
   });
   // A cursor that reads the figures at the nearest point.
   const cursor = svg("line", { y1: top, y2: height - bottom, stroke: "#1d2330", "stroke-width": 0.6, visibility: "hidden" });
