@@ -596,6 +596,16 @@ void def_files(py::module_& m) {
       py::arg("path"),
       "Where a report written to `path` now goes: {rank}, {pid} and {host} replaced, and under a launcher of "
       "several ranks '-rank<N>' added before the extension of a path that names neither {rank} nor {pid}.");
+  m.def(
+      "report_format",
+      [](const std::string& path, const std::optional<std::string>& format) {
+        const char* chosen = nullptr;
+        check(tracepool_report_format(c_text(path, "path"), format ? c_text(*format, "format") : nullptr, &chosen));
+        return std::string(chosen);
+      },
+      py::arg("path"), py::arg("format") = py::none(),
+      "The format of a report written to `path`: `format` where given, else by the path's extension, as "
+      "write_report picks it.");
 }
 
 // The allocation history and PyTorch's history calls.

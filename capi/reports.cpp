@@ -317,4 +317,15 @@ int tracepool_report_path(const char* path, char** out) {
   });
 }
 
+int tracepool_report_format(const char* path, const char* format, const char** out) {
+  return guarded("tracepool_report_format", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_report_format: out is NULL");
+    *out = nullptr;
+    core::report_format f = core::report_format::text;
+    if (status s = core::report_format_of(format, path, &f); s != status::ok) return s;
+    *out = f == core::report_format::json ? "json" : f == core::report_format::html ? "html" : "text";
+    return status::ok;
+  });
+}
+
 }  // extern "C"

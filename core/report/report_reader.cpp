@@ -29,9 +29,11 @@
 #include <set>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 
 #include "report/json_in.h"
 #include "report/report.h"
+#include "report/report_schema.h"
 
 namespace tracepool::core {
 
@@ -176,40 +178,156 @@ bool read_capture(report_reader& in, const json& doc, report* r) {
   return true;
 }
 
-// "processes": a list, or null (or absent, before it was written) when none could be listed.
-bool read_processes(report_reader& in, const json& device, const std::string& where, device_summary* d) {
-  if (!in.string(device, where, "processes_note", &d->processes_note)) return false;
-  const auto it = device.find("processes");
-  if (it == device.end() || it->is_null()) return true;
-  d->processes_listed = true;
-  return in.list(device, where, "processes", [&](const json& item, const std::string& at, size_t) {
-    backend::process_usage p;
-    if (!in.object(item, at, {"pid", "used_bytes"}) || !in.count(item, at, "pid", &p.pid) ||
-        !in.count(item, at, "used_bytes", &p.used_bytes, true))
-      return false;
-    if (p.used_bytes > d->total_bytes)
-      return in.fail(at + ".used_bytes (" + std::to_string(p.used_bytes) + ") is more than the device's total_bytes (" +
-                     std::to_string(d->total_bytes) + ")");
-    d->processes.push_back(p);
-    return true;
-  });
+// ---- The schema's objects (Note [One schema]) ------------------------------------------------------
+
+// What a list or an object must hold beyond its fields' types.
+bool check(report_reader&, const json&, const std::string&, const holder_summary&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const site_summary&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const cached_summary&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const pool_site_summary&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const pool_summary&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const holder_search&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const process_summary&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const backend::process_usage&) { return true; }
+bool check(report_reader&, const json&, const std::string&, const device_share&) { return true; }
+
+bool check(report_reader& in, const json&, const std::string& path, const mark_summary& m) {
+  return m.time_ns <= static_cast<uint64_t>(INT64_MAX) ||  // written as int64
+         in.fail(path + ".time_ns must be at most " + std::to_string(INT64_MAX));
 }
 
-// The segments and the free cache in whole pages (Note [Fragmentation in reports]; absent in older
-// reports, which leave them unknown).
-bool read_fragmentation(report_reader& in, const json& device, const std::string& where, device_summary* d) {
-  int64_t pages = -1;
-  if (!in.string(device, where, "segments", &d->segments) ||
-      !in.flag(device, where, "growable_available", &d->growable_available) ||
-      !in.count(device, where, "free_page_bytes", &pages))
-    return false;
-  if (device.contains("segments") && d->segments != segments_classic && d->segments != segments_growable)
-    return in.fail(where + ".segments must be \"classic\" or \"growable\", not " + describe(json(d->segments)));
-  if (pages > d->cached_bytes)
-    return in.fail(where + ".free_page_bytes (" + std::to_string(pages) + ") is more than its cached_bytes (" +
-                   std::to_string(d->cached_bytes) + ")");
-  d->free_page_bytes = pages;
+bool check(report_reader& in, const json& v, const std::string& path, const device_summary& d) {
+  const auto bytes = [](int64_t n) { return std::to_string(n); };
+  if (d.used_bytes > d.total_bytes)
+    return in.fail(path + ".used_bytes (" + bytes(d.used_bytes) + ") is more than its total_bytes (" +
+                   bytes(d.total_bytes) + ")");
+  for (size_t i = 0; i < d.processes.size(); ++i)
+    if (d.processes[i].used_bytes > d.total_bytes)
+      return in.fail(index_path(path + ".processes", i) + ".used_bytes (" + bytes(d.processes[i].used_bytes) +
+                     ") is more than the device's total_bytes (" + bytes(d.total_bytes) + ")");
+  if (v.contains("segments") && d.segments != segments_classic && d.segments != segments_growable)
+    return in.fail(path + ".segments must be \"classic\" or \"growable\", not " + describe(json(d.segments)));
+  if (d.free_page_bytes > d.cached_bytes)
+    return in.fail(path + ".free_page_bytes (" + bytes(d.free_page_bytes) + ") is more than its cached_bytes (" +
+                   bytes(d.cached_bytes) + ")");
   return true;
+}
+
+template <typename T>
+bool check_list(report_reader&, const std::string&, const std::vector<T>&) {
+  return true;
+}
+
+// A site's shares of devices: each device once.
+bool check_list(report_reader& in, const std::string& path, const std::vector<device_share>& shares) {
+  std::set<int> seen;
+  for (size_t i = 0; i < shares.size(); ++i)
+    if (!seen.insert(shares[i].device).second)
+      return in.fail(index_path(path, i) + ".device " + std::to_string(shares[i].device) + " is listed twice");
+  return true;
+}
+
+// The keys an object must have.
+struct required_keys {
+  std::vector<const char*> names;
+  template <typename T>
+  void operator()(const char* key, const T&, bool required = false) {
+    if (required) names.push_back(key);
+  }
+  template <typename T>
+  void unless(const char*, const T&, const T&) {}
+  template <typename T>
+  void nullable(const char* key, const T& value, const T& unset, bool required = false) {
+    (*this)(key, value, required), (void)unset;
+  }
+  template <typename T>
+  void derived(const char*, const T&) {}
+  void processes(const device_summary&) {}
+};
+
+template <typename T>
+bool read_object(report_reader& in, const json& v, const std::string& path, T* out);
+
+// Reads the fields schema::fields lists into one object, as the schema's visitor; the first problem
+// stops it.
+struct json_reader {
+  report_reader& in;
+  const json& obj;
+  const std::string& path;
+  bool ok = true;
+
+  template <typename T>
+  void operator()(const char* key, T& member, bool /*required: checked before*/ = false) {
+    ok = ok && read(key, member, false);
+  }
+  template <typename T>
+  void unless(const char* key, T& member, const T& /*unset: what stays when absent*/) {
+    (*this)(key, member);
+  }
+  template <typename T>
+  void nullable(const char* key, T& member, const T& /*unset*/, bool = false) {
+    ok = ok && read(key, member, true);
+  }
+  template <typename T>
+  void derived(const char*, const T&) {}  // computed again from what is read
+  // "processes": a list, or null (or absent, before it was written) when none could be listed.
+  void processes(device_summary& d) {
+    const auto it = obj.find("processes");
+    if (!ok || it == obj.end() || it->is_null()) return;
+    d.processes_listed = true;
+    ok = read("processes", d.processes, false);
+  }
+
+  bool read(const char* key, std::string& s, bool or_null) { return in.string(obj, path, key, &s, or_null); }
+  bool read(const char* key, bool& b, bool) { return in.flag(obj, path, key, &b); }
+  bool read(const char* key, double& x, bool) { return in.seconds(obj, path, key, &x); }
+  bool read(const char* key, std::vector<std::string>& v, bool) { return in.strings(obj, path, key, &v); }
+  bool read(const char* key, std::vector<int64_t>& v, bool) { return in.counts(obj, path, key, &v); }
+  bool read(const char*, std::vector<frame_info>& v, bool) { return in.frames(obj, path, &v); }
+  template <typename T>
+  bool read(const char* key, T& n, bool or_null) {
+    if constexpr (std::is_integral_v<T>) {
+      return in.count(obj, path, key, &n, or_null);
+    } else {
+      const auto it = obj.find(key);
+      return it == obj.end() || read_object(in, *it, field_path(path, key), &n);
+    }
+  }
+  template <typename T>
+  bool read(const char* key, std::vector<T>& items, bool) {
+    return in.list(obj, path, key,
+                   [&](const json& item, const std::string& where, size_t) {
+                     items.emplace_back();
+                     return read_object(in, item, where, &items.back());
+                   }) &&
+           check_list(in, field_path(path, key), items);
+  }
+};
+
+template <typename T>
+bool read_object(report_reader& in, const json& v, const std::string& path, T* out) {
+  required_keys keys;
+  schema::fields(keys, *out);
+  if (!in.object(v, path, keys.names)) return false;
+  json_reader fields{in, v, path};
+  schema::fields(fields, *out);
+  return fields.ok && check(in, v, path, *out);
+}
+
+// "holder_search", where `doc` has one.
+bool read_holder_search(report_reader& in, const json& doc, report* r) {
+  const auto h = doc.find("holder_search");
+  if (h == doc.end() || h->is_null()) return true;
+  r->holders.made = true;
+  return read_object(in, *h, "holder_search", &r->holders);
+}
+
+// A list of the top level, each item one of the schema's objects.
+template <typename T>
+bool read_list(report_reader& in, const json& doc, const char* key, std::vector<T>* out) {
+  json_reader top{in, doc, ""};
+  top(key, *out);
+  return top.ok;
 }
 
 bool read_devices(report_reader& in, const json& doc, report* r) {
@@ -227,85 +345,16 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
       }
     }
   }
-  return in.list(doc, "", "devices", [&](const json& item, const std::string& where, size_t) {
-    device_summary d;
-    if (!in.object(item, where, {"device"}) || !in.count(item, where, "device", &d.device) ||
-        !in.flag(item, where, "context", &d.context) || !in.count(item, where, "cached_bytes", &d.cached_bytes) ||
-        !in.count(item, where, "largest_free_block", &d.largest_free_block) ||
-        !in.count(item, where, "total_bytes", &d.total_bytes) || !in.count(item, where, "used_bytes", &d.used_bytes))
-      return false;
-    if (d.used_bytes > d.total_bytes)
-      return in.fail(where + ".used_bytes (" + std::to_string(d.used_bytes) + ") is more than its total_bytes (" +
-                     std::to_string(d.total_bytes) + ")");
-    if (!read_processes(in, item, where, &d) || !read_fragmentation(in, item, where, &d)) return false;
+  if (!read_list(in, doc, "devices", &r->devices)) return false;
+  for (device_summary& d : r->devices)
     if (const auto st = stats.find(std::to_string(d.device)); st != stats.end()) d.stats = st->second;
-    r->devices.push_back(std::move(d));
-    return true;
-  });
+  return true;
 }
-
-// A site's shares of devices (absent in older reports): each device once.
-bool read_by_device(report_reader& in, const json& v, const std::string& path, std::vector<device_share>* out) {
-  std::set<int> seen;
-  return in.list(v, path, "by_device", [&](const json& item, const std::string& where, size_t) {
-    device_share d;
-    if (!in.object(item, where, {"device", "bytes", "blocks"}) || !in.count(item, where, "device", &d.device) ||
-        !in.count(item, where, "bytes", &d.bytes) || !in.count(item, where, "blocks", &d.blocks))
-      return false;
-    if (!seen.insert(d.device).second)
-      return in.fail(where + ".device " + std::to_string(d.device) + " is listed twice");
-    out->push_back(d);
-    return true;
-  });
-}
-
-// One entry of a leak's "held_by".
-bool read_holder(report_reader& in, const json& item, const std::string& where, holder_summary* h) {
-  return in.object(item, where, {"holder"}) && in.string(item, where, "holder", &h->holder) &&
-         in.count(item, where, "bytes", &h->bytes) && in.count(item, where, "blocks", &h->blocks) &&
-         in.string(item, where, "example", &h->example);
-}
-
-// "holder_search", where `doc` has one.
-bool read_holder_search(report_reader& in, const json& doc, report* r) {
-  const auto h = doc.find("holder_search");
-  if (h == doc.end() || h->is_null()) return true;
-  r->holders.made = true;
-  return in.object(*h, "holder_search") && in.flag(*h, "holder_search", "complete", &r->holders.complete) &&
-         in.count(*h, "holder_search", "objects", &r->holders.objects) &&
-         in.count(*h, "holder_search", "exposing", &r->holders.exposing) &&
-         in.seconds(*h, "holder_search", "seconds", &r->holders.seconds) &&
-         in.string(*h, "holder_search", "note", &r->holders.note);
-}
-
-bool read_site(report_reader& in, const json& v, const std::string& path, site_summary* s) {
-  return in.object(v, path, {"bytes", "blocks", "tags", "frames"}) && in.count(v, path, "site", &s->site) &&
-         in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
-         in.count(v, path, "block_bytes", &s->block_bytes) && in.count(v, path, "peak_bytes", &s->peak_bytes) &&
-         in.count(v, path, "total_bytes", &s->total_bytes) && in.count(v, path, "total_blocks", &s->total_blocks) &&
-         in.strings(v, path, "tags", &s->tags) && in.counts(v, path, "live_at_marks", &s->live_at_marks) &&
-         in.flag(v, path, "growing", &s->growing) && in.counts(v, path, "growth_floors", &s->growth_floors) &&
-         in.counts(v, path, "live_at_auto_marks", &s->live_at_auto_marks) &&
-         read_by_device(in, v, path, &s->by_device) &&
-         in.list(v, path, "held_by",
-                 [&](const json& item, const std::string& where, size_t) {
-                   s->held_by.emplace_back();
-                   return read_holder(in, item, where, &s->held_by.back());
-                 }) &&
-         in.frames(v, path, &s->frames);
-}
-
-bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m);
 
 // The automatic marks, what growth was judged by, and the holder search (all absent from reports
 // made before Note [Growth without marks]).
 bool read_growth(report_reader& in, const json& doc, report* r) {
-  if (!in.list(doc, "", "auto_marks",
-               [&](const json& v, const std::string& path, size_t) {
-                 r->auto_marks.emplace_back();
-                 return read_mark(in, v, path, &r->auto_marks.back());
-               }))
-    return false;
+  if (!read_list(in, doc, "auto_marks", &r->auto_marks)) return false;
   r->auto_marks_made = r->auto_marks.size();
   if (!in.count(doc, "", "auto_marks_made", &r->auto_marks_made) || !in.count(doc, "", "auto_mark_ms", &r->auto_mark_ms) ||
       !in.seconds(doc, "", "auto_mark_seconds", &r->auto_mark_seconds))
@@ -366,42 +415,6 @@ bool read_retained(report_reader& in, const json& v, const std::string& path, sa
   return in.count(v, path, "marks_survived", &t->summary.marks_survived);
 }
 
-bool read_cached(report_reader& in, const json& v, const std::string& path, cached_summary* c) {
-  return in.object(v, path, {"bytes", "blocks", "frames"}) && in.count(v, path, "site", &c->site) &&
-         in.count(v, path, "bytes", &c->bytes) && in.count(v, path, "blocks", &c->blocks) &&
-         in.count(v, path, "largest_free_block", &c->largest_free_block) &&
-         in.count(v, path, "inactive_split_bytes", &c->inactive_split_bytes) && in.strings(v, path, "tags", &c->tags) &&
-         read_by_device(in, v, path, &c->by_device) && in.frames(v, path, &c->frames);
-}
-
-bool read_pool_site(report_reader& in, const json& v, const std::string& path, pool_site_summary* s) {
-  return in.object(v, path, {"bytes", "blocks", "frames"}) && in.count(v, path, "site", &s->site) &&
-         in.count(v, path, "bytes", &s->bytes) && in.count(v, path, "blocks", &s->blocks) &&
-         in.frames(v, path, &s->frames);
-}
-
-bool read_pool(report_reader& in, const json& v, const std::string& path, pool_summary* p) {
-  return in.object(v, path, {"device", "pool", "bytes", "blocks", "reserved_bytes", "cached_bytes"}) &&
-         in.count(v, path, "device", &p->device) && in.count(v, path, "pool", &p->pool) &&
-         in.string(v, path, "label", &p->label) && in.count(v, path, "site", &p->site) &&
-         in.frames(v, path, &p->frames) && in.count(v, path, "bytes", &p->bytes) &&
-         in.count(v, path, "blocks", &p->blocks) && in.count(v, path, "block_bytes", &p->block_bytes) &&
-         in.count(v, path, "reserved_bytes", &p->reserved_bytes) &&
-         in.count(v, path, "cached_bytes", &p->cached_bytes) &&
-         in.list(v, path, "sites", [&](const json& item, const std::string& where, size_t) {
-           p->sites.emplace_back();
-           return read_pool_site(in, item, where, &p->sites.back());
-         });
-}
-
-bool read_mark(report_reader& in, const json& v, const std::string& path, mark_summary* m) {
-  return in.object(v, path) && in.string(v, path, "label", &m->label) && in.count(v, path, "index", &m->index) &&
-         in.count(v, path, "time_ns", &m->time_ns) && in.count(v, path, "live_bytes", &m->live_bytes) &&
-         in.count(v, path, "reserved_bytes", &m->reserved_bytes) &&
-         (m->time_ns <= static_cast<uint64_t>(INT64_MAX) ||  // written as int64
-          in.fail(path + ".time_ns must be at most " + std::to_string(INT64_MAX)));
-}
-
 // Every retained entry is a view of one leak and of one kept mark, which the renderer reaches by index:
 // the first leak of its site, tags and frames, and the latest mark of its label. Both are looked up in
 // an index made once, so that reading stays linear in the entries (a scan per entry took minutes for
@@ -438,30 +451,14 @@ bool read_body(report_reader& in, const json& doc, report* r) {
   bool ok = in.object(doc, "", {"schema", "stats", "leaks", "cached", "marks"}) &&
             in.string(doc, "", "reason", &r->reason) && in.count(doc, "", "time_ns", &r->time_ns) &&
             in.string(doc, "", "backend", &r->backend) && read_capture(in, doc, r) && read_devices(in, doc, r) &&
-            in.list(doc, "", "leaks",
-                    [&](const json& v, const std::string& path, size_t) {
-                      r->leaks.emplace_back();
-                      return read_site(in, v, path, &r->leaks.back());
-                    }) &&
+            read_list(in, doc, "leaks", &r->leaks) &&
             in.list(doc, "", "retained",
                     [&](const json& v, const std::string& path, size_t) {
                       retained.emplace_back();
                       return read_retained(in, v, path, &retained.back());
                     }) &&
-            in.list(doc, "", "cached",
-                    [&](const json& v, const std::string& path, size_t) {
-                      r->cached.emplace_back();
-                      return read_cached(in, v, path, &r->cached.back());
-                    }) &&
-            in.list(doc, "", "pools",
-                    [&](const json& v, const std::string& path, size_t) {
-                      r->pools.emplace_back();
-                      return read_pool(in, v, path, &r->pools.back());
-                    }) &&
-            in.list(doc, "", "marks", [&](const json& v, const std::string& path, size_t) {
-              r->marks.emplace_back();
-              return read_mark(in, v, path, &r->marks.back());
-            });
+            read_list(in, doc, "cached", &r->cached) && read_list(in, doc, "pools", &r->pools) &&
+            read_list(in, doc, "marks", &r->marks);
   if (!ok) return false;
   r->marks_made = r->marks.size();
   if (!in.count(doc, "", "marks_made", &r->marks_made)) return false;
@@ -471,14 +468,8 @@ bool read_body(report_reader& in, const json& doc, report* r) {
     return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
                    " marks kept: a report keeps every mark made, or the first, the latest and some between");
   if (!read_growth(in, doc, r) || !read_timeline(in, doc, r)) return false;
-  if (const auto p = doc.find("process"); p != doc.end()) {  // absent from reports before Note [Ranks]
-    if (!in.object(*p, "process") || !in.count(*p, "process", "pid", &r->process.pid) ||
-        !in.string(*p, "process", "host", &r->process.host) ||
-        !in.count(*p, "process", "rank", &r->process.rank, true) ||
-        !in.count(*p, "process", "local_rank", &r->process.local_rank, true) ||
-        !in.count(*p, "process", "world_size", &r->process.world_size, true))
-      return false;
-  }
+  if (const auto p = doc.find("process"); p != doc.end() && !read_object(in, *p, "process", &r->process))
+    return false;  // absent from reports before Note [Ranks]
   r->oom_device = 0;  // a report whose reason is "oom" has a device, even when the text did not say
   if (const auto oom = doc.find("oom"); oom != doc.end()) {
     if (!in.object(*oom, "oom") || !in.count(*oom, "oom", "device", &r->oom_device) ||
@@ -521,7 +512,7 @@ status read_holders_json(std::string_view text, report* r) {
             if (!list.is_array()) return in.fail(where + " must be a list");
             for (size_t i = 0; i < list.size(); ++i) {
               held.back().second.emplace_back();
-              if (!read_holder(in, list[i], where + "[" + std::to_string(i) + "]", &held.back().second.back()))
+              if (!read_object(in, list[i], where + "[" + std::to_string(i) + "]", &held.back().second.back()))
                 return false;
             }
           }

@@ -43,10 +43,10 @@ class report_reader {
   std::string problem;
 
   bool object(const json& v, const std::string& path, std::initializer_list<const char*> required = {}) {
-    if (!v.is_object()) return fail(path + " must be an object, not " + describe(v));
-    for (const char* name : required)
-      if (!v.contains(name)) return fail((path.empty() ? "the report" : path) + " has no \"" + name + "\" field");
-    return true;
+    return object(v, path, required.begin(), required.end());
+  }
+  bool object(const json& v, const std::string& path, const std::vector<const char*>& required) {
+    return object(v, path, required.data(), required.data() + required.size());
   }
 
   bool string(const json& obj, const std::string& path, const char* name, std::string* out, bool or_null = false) {
@@ -137,6 +137,13 @@ class report_reader {
   }
 
  private:
+  bool object(const json& v, const std::string& path, const char* const* name, const char* const* end) {
+    if (!v.is_object()) return fail(path + " must be an object, not " + describe(v));
+    for (; name != end; ++name)
+      if (!v.contains(*name)) return fail((path.empty() ? "the report" : path) + " has no \"" + *name + "\" field");
+    return true;
+  }
+
   static const json* find(const json& obj, const char* name) {
     const auto it = obj.find(name);
     return it == obj.end() ? nullptr : &*it;

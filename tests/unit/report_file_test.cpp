@@ -69,6 +69,24 @@ struct ReportPath : tracepool::testing::HostInstanceTest {
   std::string error() const { return tracepool_last_error(); }
 };
 
+// The one format-by-extension rule (report_format_of), as the C API and the Python package ask it.
+TEST(ReportFormat, TheFormatGivenElseTheExtension) {
+  const struct { const char* path; const char* format; const char* expected; } table[] = {
+      {"r.json", nullptr, "json"}, {"r.html", nullptr, "html"}, {"dir.json/r.htm", nullptr, "html"},
+      {"r.txt", nullptr, "text"},  {"r", nullptr, "text"},        {nullptr, nullptr, "text"},
+      {"r.json", "text", "text"},  {"stderr", "html", "html"},    {"r.JSON", nullptr, "text"}};
+  for (const auto& row : table) {
+    const char* chosen = nullptr;
+    ASSERT_EQ(tracepool_report_format(row.path, row.format, &chosen), TRACEPOOL_OK) << tracepool_last_error();
+    EXPECT_STREQ(chosen, row.expected) << (row.path ? row.path : "NULL");
+  }
+  const char* chosen = "unchanged";
+  EXPECT_EQ(tracepool_report_format("r.json", "xml", &chosen), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(chosen, nullptr);
+  EXPECT_NE(std::string(tracepool_last_error()).find("unknown report format 'xml'"), std::string::npos);
+  EXPECT_EQ(tracepool_report_format("r.json", nullptr, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
 TEST_F(ReportPath, DevFdNIsWrittenToThatDescriptorAndNothingIsReplaced) {
   const std::string target = dir + "/target";
   const int fd = ::open(target.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

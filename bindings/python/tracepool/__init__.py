@@ -179,10 +179,7 @@ def _render(saved: str, format: str, top: int | None) -> str:
 
 def _format_for(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], format: str | None) -> str:
     """`format`, or the one the library picks for `path` (tracepool_write_report): by its extension."""
-    if format is not None:
-        return format
-    name = os.fsdecode(path)
-    return "json" if name.endswith(".json") else "html" if name.endswith((".html", ".htm")) else "text"
+    return _tracepool.report_format(os.fsencode(path), format)
 
 
 def write_report(

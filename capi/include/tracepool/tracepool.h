@@ -474,6 +474,11 @@ TRACEPOOL_API int tracepool_write_file_or_fallback(const char* path, const void*
  * plain file-name component. tracepool_write_report, its variants and TRACEPOOL_REPORT all apply this.
  * Release *out with tracepool_string_free. */
 TRACEPOOL_API int tracepool_report_path(const char* path, char** out);
+/* The format of a report written to `path`, as tracepool_write_report picks it: `format` where given
+ * ("json", "text" or "html"), else by the path's extension (".json" JSON, ".html" or ".htm" HTML,
+ * anything else text; NULL: text). *out is a static string; an unknown format is
+ * TRACEPOOL_ERR_INVALID_ARGUMENT. */
+TRACEPOOL_API int tracepool_report_format(const char* path, const char* format, const char** out);
 /* Writes the TRACEPOOL_REPORT report of tracepool_default() now (reason "exit") if TRACEPOOL_REPORT is
  * set and the default instance exists; otherwise does nothing and returns TRACEPOOL_OK. At most once
  * per process: later calls, and the atexit handler that writes it at a normal exit, then do nothing.
