@@ -1,5 +1,6 @@
 // report_json.cpp: the JSON rendering of a report; the schema is docs/report-schema.md, its fields
 // report_schema.h's (Note [One schema]).
+#include <string_view>
 #include <type_traits>
 
 #include "report/json_out.h"
@@ -15,66 +16,6 @@ struct has_fields : std::false_type {};
 template <typename T>
 struct has_fields<T, std::void_t<decltype(schema::fields(std::declval<int&>(), std::declval<const T&>()))>>
     : std::true_type {};
-
-// Writes the fields schema::fields lists, as the schema's visitor (Note [One schema]).
-struct json_writer {
-  json_out& j;
-
-  template <typename T>
-  void operator()(const char* key, const T& value, bool /*required*/ = false) {
-    j.key(key);
-    put(value);
-  }
-  template <typename T>
-  void unless(const char* key, const T& value, const T& unset) {
-    if (!(value == unset)) (*this)(key, value);
-  }
-  template <typename T>
-  void nullable(const char* key, const T& value, const T& unset, bool /*required*/ = false) {
-    j.key(key);
-    if (value == unset)
-      j.null();
-    else
-      put(value);
-  }
-  template <typename T>
-  void derived(const char* key, const T& value) {
-    (*this)(key, value);
-  }
-  void processes(const device_summary& d) {
-    j.key("processes");
-    if (d.processes_listed)
-      put(d.processes);
-    else
-      j.null();
-  }
-
-  template <typename T>
-  void put(const T& value) {
-    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double> || std::is_same_v<T, std::string>)
-      j.value(value);
-    else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 8)
-      j.value(static_cast<uint64_t>(value));
-    else if constexpr (std::is_integral_v<T>)
-      j.value(static_cast<int64_t>(value));
-    else
-      object(value);
-  }
-  template <typename T>
-  void object(const T& item) {
-    static_assert(has_fields<T>::value, "a report field of a type the writer does not know");
-    j.open('{');
-    schema::fields(*this, item);
-    j.close('}');
-  }
-  void put(const std::vector<frame_info>& frames) { write_frame_list(j, frames, frame_schema::tracepool); }
-  template <typename T>
-  void put(const std::vector<T>& items) {
-    j.open('[');
-    for (const T& item : items) put(item);
-    j.close(']');
-  }
-};
 
 // The statistics of each device, under "stats" and by device number: PyTorch's memory_stats names.
 void stats(json_out& j, const std::vector<device_summary>& devices) {
@@ -118,7 +59,8 @@ void capture(json_out& j, const report& r) {
 }
 
 // A retained entry names its leak by the leak's own site, tags and frames (what the reader links it by).
-void retained(json_out& j, const report& r, json_writer& w) {
+template <typename Writer>
+void retained(json_out& j, const report& r, Writer& w) {
   j.key("retained");
   j.open('[');
   for (const retained_summary& t : r.retained) {
@@ -172,55 +114,101 @@ void addresses(json_out& j, const site_summary& s) {
   j.close(']');
 }
 
+// Writes the fields schema::fields lists, as the schema's visitor (Note [One schema]).
+struct json_writer {
+  json_out& j;
+
+  template <typename T>
+  void operator()(const char* key, const T& value, bool /*required*/ = false) {
+    j.key(key);
+    put(value);
+  }
+  template <typename T>
+  void unless(const char* key, const T& value, const T& unset) {
+    if (!(value == unset)) (*this)(key, value);
+  }
+  template <typename T>
+  void nullable(const char* key, const T& value, const T& unset, bool /*required*/ = false) {
+    j.key(key);
+    if (value == unset)
+      j.null();
+    else
+      put(value);
+  }
+  template <typename T>
+  void derived(const char* key, const T& value) {
+    (*this)(key, value);
+  }
+  void own(const char* key, const report& r, bool /*required*/ = false) {
+    const std::string_view part = key;
+    if (part == "schema") {
+      j.key(key), j.value(std::string(report_schema));
+    } else if (part == "capture") {
+      capture(j, r);
+    } else if (part == "stats") {
+      stats(j, r.devices);
+    } else if (part == "retained") {
+      retained(j, r, *this);
+    } else if (part == "timeline") {
+      timeline(j, r.timeline);
+    } else if (part == "holder_search") {
+      j.key(key);
+      if (r.holders.made)
+        put(r.holders);
+      else
+        j.null();
+    } else if (part == "oom" && r.reason == "oom") {
+      j.key(key);
+      j.open('{');
+      (*this)("device", r.oom_device);
+      (*this)("requested_bytes", r.oom_requested);
+      (*this)("message", r.oom_message);
+      j.close('}');
+    }
+  }
+  void processes(const device_summary& d) {
+    j.key("processes");
+    if (d.processes_listed)
+      put(d.processes);
+    else
+      j.null();
+  }
+
+  template <typename T>
+  void put(const T& value) {
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double> || std::is_same_v<T, std::string>)
+      j.value(value);
+    else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 8)
+      j.value(static_cast<uint64_t>(value));
+    else if constexpr (std::is_integral_v<T>)
+      j.value(static_cast<int64_t>(value));
+    else
+      object(value);
+  }
+  template <typename T>
+  void object(const T& item) {
+    static_assert(has_fields<T>::value, "a report field of a type the writer does not know");
+    j.open('{');
+    schema::fields(*this, item);
+    if constexpr (std::is_same_v<T, site_summary>)
+      if (!item.addresses.empty()) addresses(j, item);
+    j.close('}');
+  }
+  void put(const std::vector<frame_info>& frames) { write_frame_list(j, frames, frame_schema::tracepool); }
+  template <typename T>
+  void put(const std::vector<T>& items) {
+    j.open('[');
+    for (const T& item : items) put(item);
+    j.close(']');
+  }
+};
+
 }  // namespace
 
 std::string to_json(const report& r) {
   json_out j;
   json_writer w{j};
-  j.open('{');
-  j.key("schema"), j.value(std::string(report_schema));
-  w("reason", r.reason);
-  w("time_ns", r.time_ns);
-  w("backend", r.backend);
-  w("process", r.process);
-  capture(j, r);
-  stats(j, r.devices);
-  w("devices", r.devices);
-  j.key("leaks");
-  j.open('[');
-  for (const site_summary& s : r.leaks) {
-    j.open('{');
-    schema::fields(w, s);
-    if (!s.addresses.empty()) addresses(j, s);
-    j.close('}');
-  }
-  j.close(']');
-  retained(j, r, w);
-  w("cached", r.cached);
-  w("pools", r.pools);
-  w("marks", r.marks);
-  w("marks_made", r.marks_made);
-  w("auto_marks", r.auto_marks);
-  w("auto_marks_made", r.auto_marks_made);
-  w("auto_mark_ms", r.auto_mark_ms);
-  w("auto_mark_seconds", r.auto_mark_seconds);
-  w("growth_basis", r.growth_basis);
-  timeline(j, r.timeline);
-  w("history_events", r.history_events);
-  j.key("holder_search");
-  if (r.holders.made)
-    w.put(r.holders);
-  else
-    j.null();
-  if (r.reason == "oom") {
-    j.key("oom");
-    j.open('{');
-    w("device", r.oom_device);
-    w("requested_bytes", r.oom_requested);
-    w("message", r.oom_message);
-    j.close('}');
-  }
-  j.close('}');
+  w.object(r);
   j.text += '\n';
   return j.text;
 }

@@ -243,10 +243,17 @@ struct required_keys {
   template <typename T>
   void derived(const char*, const T&) {}
   void processes(const device_summary&) {}
+  void own(const char* key, const report&, bool required = false) {
+    if (required) names.push_back(key);
+  }
 };
 
 template <typename T>
 bool read_object(report_reader& in, const json& v, const std::string& path, T* out);
+bool read_timeline(report_reader& in, const json& doc, report* r);
+bool read_holder_search(report_reader& in, const json& doc, report* r);
+bool read_oom(report_reader& in, const json& doc, report* r);
+bool check(report_reader& in, const json& doc, const std::string&, report& r);
 
 // Reads the fields schema::fields lists into one object, as the schema's visitor; the first problem
 // stops it.
@@ -270,6 +277,15 @@ struct json_reader {
   }
   template <typename T>
   void derived(const char*, const T&) {}  // computed again from what is read
+  // The report's parts of their own; "stats" and "retained" are read once the rest is (check).
+  void own(const char* key, report& r, bool = false) {
+    const std::string_view part = key;
+    if (!ok) return;
+    if (part == "capture") ok = read_capture(in, obj, &r);
+    else if (part == "timeline") ok = read_timeline(in, obj, &r);
+    else if (part == "holder_search") ok = read_holder_search(in, obj, &r);
+    else if (part == "oom") ok = read_oom(in, obj, &r);
+  }
   // "processes": a list, or null (or absent, before it was written) when none could be listed.
   void processes(device_summary& d) {
     const auto it = obj.find("processes");
@@ -322,15 +338,8 @@ bool read_holder_search(report_reader& in, const json& doc, report* r) {
   return read_object(in, *h, "holder_search", &r->holders);
 }
 
-// A list of the top level, each item one of the schema's objects.
-template <typename T>
-bool read_list(report_reader& in, const json& doc, const char* key, std::vector<T>* out) {
-  json_reader top{in, doc, ""};
-  top(key, *out);
-  return top.ok;
-}
-
-bool read_devices(report_reader& in, const json& doc, report* r) {
+// "stats", by device: each device's figures go to its entry of "devices" (read before).
+bool read_stats(report_reader& in, const json& doc, report* r) {
   std::map<std::string, device_stats> stats;
   if (const auto it = doc.find("stats"); it != doc.end()) {
     if (!in.object(*it, "stats")) return false;
@@ -345,37 +354,34 @@ bool read_devices(report_reader& in, const json& doc, report* r) {
       }
     }
   }
-  if (!read_list(in, doc, "devices", &r->devices)) return false;
   for (device_summary& d : r->devices)
     if (const auto st = stats.find(std::to_string(d.device)); st != stats.end()) d.stats = st->second;
   return true;
 }
 
-// The automatic marks, what growth was judged by, and the holder search (all absent from reports
-// made before Note [Growth without marks]).
-bool read_growth(report_reader& in, const json& doc, report* r) {
-  if (!read_list(in, doc, "auto_marks", &r->auto_marks)) return false;
-  r->auto_marks_made = r->auto_marks.size();
-  if (!in.count(doc, "", "auto_marks_made", &r->auto_marks_made) || !in.count(doc, "", "auto_mark_ms", &r->auto_mark_ms) ||
-      !in.seconds(doc, "", "auto_mark_seconds", &r->auto_mark_seconds))
-    return false;
+// The marks kept against those made, and what growth was judged by (absent from reports made before
+// Note [Growth without marks]: then told from the marks).
+bool check_marks(report_reader& in, const json& doc, report* r) {
+  if (!doc.contains("marks_made")) r->marks_made = r->marks.size();
+  // Marks are dropped only from a full window (Note [Marks without end]), which keeps the first and
+  // the latest: made >= kept, and more made than kept only with two kept at least.
+  if (r->marks_made < r->marks.size() || (r->marks_made > r->marks.size() && r->marks.size() < 2))
+    return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
+                   " marks kept: a report keeps every mark made, or the first, the latest and some between");
+  if (!doc.contains("auto_marks_made")) r->auto_marks_made = r->auto_marks.size();
   if (r->auto_marks_made < r->auto_marks.size())
     return in.fail("auto_marks_made is " + std::to_string(r->auto_marks_made) + " with " +
                    std::to_string(r->auto_marks.size()) + " automatic marks kept");
-  r->growth_basis = r->marks_made > 0 ? growth_basis_marks : growth_basis_none;
-  if (!in.string(doc, "", "growth_basis", &r->growth_basis)) return false;
+  if (!doc.contains("growth_basis")) r->growth_basis = r->marks_made > 0 ? growth_basis_marks : growth_basis_none;
   if (r->growth_basis != growth_basis_marks && r->growth_basis != growth_basis_auto &&
       r->growth_basis != growth_basis_none)
     return in.fail("growth_basis must be \"marks\", \"automatic marks\" or \"none\", not " + describe(json(r->growth_basis)));
-  return read_holder_search(in, doc, r);
+  return true;
 }
 
 // The history's timeline (absent without history:N and in older reports): each device once, each
 // point [time_ns, allocated_bytes, reserved_bytes], times never going back.
 bool read_timeline(report_reader& in, const json& doc, report* r) {
-  int64_t events = 0;  // the writer's integers are int64: a larger figure could not be written back
-  if (!in.count(doc, "", "history_events", &events)) return false;
-  r->history_events = static_cast<uint64_t>(events);
   std::set<int> seen;
   return in.list(doc, "", "timeline", [&](const json& item, const std::string& where, size_t) {
     device_timeline t;
@@ -444,40 +450,33 @@ bool link_retained(report_reader& in, std::vector<saved_retained>& saved, report
   return true;
 }
 
-bool read_body(report_reader& in, const json& doc, report* r) {
+// "oom": the failed allocation of a report whose reason is "oom".
+bool read_oom(report_reader& in, const json& doc, report* r) {
+  const auto oom = doc.find("oom");
+  return oom == doc.end() ||
+         (in.object(*oom, "oom") && in.count(*oom, "oom", "device", &r->oom_device) &&
+          in.count(*oom, "oom", "requested_bytes", &r->oom_requested) &&
+          in.string(*oom, "oom", "message", &r->oom_message));
+}
+
+// What the report's own fields do not say of themselves, once they are read: the marks and growth, each
+// device's statistics, and the retained entries, each a view of one leak and one kept mark.
+bool check(report_reader& in, const json& doc, const std::string&, report& r) {
+  if (!check_marks(in, doc, &r) || !read_stats(in, doc, &r)) return false;
   std::vector<saved_retained> retained;
+  return in.list(doc, "", "retained",
+                 [&](const json& v, const std::string& path, size_t) {
+                   retained.emplace_back();
+                   return read_retained(in, v, path, &retained.back());
+                 }) &&
+         link_retained(in, retained, &r);
+}
+
+bool read_body(report_reader& in, const json& doc, report* r) {
   r->reason = "demand";
   r->backend = "?";
-  bool ok = in.object(doc, "", {"schema", "stats", "leaks", "cached", "marks"}) &&
-            in.string(doc, "", "reason", &r->reason) && in.count(doc, "", "time_ns", &r->time_ns) &&
-            in.string(doc, "", "backend", &r->backend) && read_capture(in, doc, r) && read_devices(in, doc, r) &&
-            read_list(in, doc, "leaks", &r->leaks) &&
-            in.list(doc, "", "retained",
-                    [&](const json& v, const std::string& path, size_t) {
-                      retained.emplace_back();
-                      return read_retained(in, v, path, &retained.back());
-                    }) &&
-            read_list(in, doc, "cached", &r->cached) && read_list(in, doc, "pools", &r->pools) &&
-            read_list(in, doc, "marks", &r->marks);
-  if (!ok) return false;
-  r->marks_made = r->marks.size();
-  if (!in.count(doc, "", "marks_made", &r->marks_made)) return false;
-  // Marks are dropped only from a full window (Note [Marks without end]), which keeps the first and
-  // the latest: made >= kept, and more made than kept only with two kept at least.
-  if (r->marks_made < r->marks.size() || (r->marks_made > r->marks.size() && r->marks.size() < 2))
-    return in.fail("marks_made is " + std::to_string(r->marks_made) + " with " + std::to_string(r->marks.size()) +
-                   " marks kept: a report keeps every mark made, or the first, the latest and some between");
-  if (!read_growth(in, doc, r) || !read_timeline(in, doc, r)) return false;
-  if (const auto p = doc.find("process"); p != doc.end() && !read_object(in, *p, "process", &r->process))
-    return false;  // absent from reports before Note [Ranks]
   r->oom_device = 0;  // a report whose reason is "oom" has a device, even when the text did not say
-  if (const auto oom = doc.find("oom"); oom != doc.end()) {
-    if (!in.object(*oom, "oom") || !in.count(*oom, "oom", "device", &r->oom_device) ||
-        !in.count(*oom, "oom", "requested_bytes", &r->oom_requested) ||
-        !in.string(*oom, "oom", "message", &r->oom_message))
-      return false;
-  }
-  return link_retained(in, retained, r);
+  return read_object(in, doc, "", r);
 }
 
 }  // namespace

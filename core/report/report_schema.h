@@ -11,10 +11,13 @@
 //   v.unless(key, member, unset)    written only when it is known (not `unset`): absent in older reports
 //   v.nullable(key, member, unset)  null when it is `unset`
 //   v.derived(key, value)           computed from the others: written, never read (a reader recomputes)
+//   v.own(key, report[, required])  a part of the report that each visitor writes or reads with code of
+//                                   its own: the schema's name, the capture settings (flat in the
+//                                   report), the statistics (by device), the retained entries (views of
+//                                   the leaks), the timeline, the holder search and the OOM details
 // A member that is a list of objects with fields() of their own is visited item by item. What a list
 // cannot say of itself (a device listed twice, a retained entry that is none of the leaks) is the
-// reader's to check after the visit; the top level (the statistics, the timeline) is written by hand
-// around these objects.
+// reader's to check after the visit.
 #pragma once
 
 #include <type_traits>
@@ -144,6 +147,33 @@ TRACEPOOL_FIELDS_OF(device_summary) {
   v.unless("segments", s.segments, std::string());
   if (!s.segments.empty()) v("growable_available", s.growable_available);  // read after "segments"
   v.unless("free_page_bytes", s.free_page_bytes, int64_t{-1});
+}
+
+// The report itself (docs/report-schema.md's top level).
+TRACEPOOL_FIELDS_OF(report) {
+  v.own("schema", s, required);
+  v("reason", s.reason);
+  v("time_ns", s.time_ns);
+  v("backend", s.backend);
+  v("process", s.process);
+  v.own("capture", s);
+  v.own("stats", s, required);
+  v("devices", s.devices);
+  v("leaks", s.leaks, required);
+  v.own("retained", s);
+  v("cached", s.cached, required);
+  v("pools", s.pools);
+  v("marks", s.marks, required);
+  v("marks_made", s.marks_made);
+  v("auto_marks", s.auto_marks);
+  v("auto_marks_made", s.auto_marks_made);
+  v("auto_mark_ms", s.auto_mark_ms);
+  v("auto_mark_seconds", s.auto_mark_seconds);
+  v("growth_basis", s.growth_basis);
+  v.own("timeline", s);
+  v("history_events", s.history_events);
+  v.own("holder_search", s);
+  v.own("oom", s);
 }
 
 #undef TRACEPOOL_FIELDS_OF

@@ -36,6 +36,7 @@ struct keys_of {
     keys.push_back(key);
   }
   void processes(const core::device_summary&) { keys.push_back("processes"); }
+  void own(const char* key, const core::report&, bool = false) { keys.push_back(key); }
 };
 
 template <typename T>
@@ -70,6 +71,7 @@ void expect_documented(const std::string& block, const std::vector<std::string>&
 TEST(ReportSchema, TheDocumentNamesEveryFieldInItsPlace) {
   const std::string doc = schema_document();
   ASSERT_FALSE(doc.empty()) << TRACEPOOL_SCHEMA_DOC;
+  expect_documented(between(doc, "\n{\n  \"schema\"", "SITE = {"), keys<core::report>(), "the report");
   const std::string site = between(doc, "SITE = {", "RETAINED = {");
   expect_documented(site, keys<core::site_summary>(), "SITE");
   expect_documented(site, keys<core::holder_summary>(), "SITE.held_by");
@@ -129,6 +131,8 @@ TEST(ReportSchema, WhatTheWriterWritesTheReaderReadsBack) {
   for (const std::string& key : keys<core::site_summary>()) EXPECT_TRUE(doc["leaks"][0].contains(key)) << key;
   for (const std::string& key : keys<core::device_summary>()) EXPECT_TRUE(doc["devices"][0].contains(key)) << key;
   for (const std::string& key : keys<core::pool_summary>()) EXPECT_TRUE(doc["pools"][0].contains(key)) << key;
+  for (const std::string& key : keys<core::report>())
+    EXPECT_TRUE(doc.contains(key) || key == "oom") << key;  // "oom" only when the reason is
   EXPECT_EQ(doc["process"]["rank"], 3);
   EXPECT_EQ(doc["devices"][0]["processes"][1]["used_bytes"], nullptr);
 }
