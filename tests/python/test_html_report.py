@@ -341,3 +341,27 @@ def test_what_is_not_a_report_gets_a_clear_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tracepool", "merge", "--format", "html", str(bad), str(bad)],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "bad.json" in done.stderr, done.stderr
+
+
+def test_the_page_names_each_site_as_the_text_merge_and_diff_do(page, demo):
+    """One report through the four renderings (Note [Site titles]): the page's rows, the text's retained
+    lines, merge and diff name each site by the same title, the library's."""
+    saved, html = demo
+    with open(saved, "rb") as f:
+        raw = f.read()
+    data = json.loads(raw)
+    titles = [s["title"] for s in data["leaks"]]
+    assert len(set(titles)) == len(titles), titles
+    merged = json.loads(tracepool._tracepool.merge_reports([raw, raw], ["a.json", "b.json"], "json"))
+    assert sorted(s["title"] for s in merged["sites"] if s["total_live_bytes"]) == sorted(titles)
+    diff = json.loads(tracepool._tracepool.diff_reports(raw, raw, ["a.json", "b.json"], "json"))
+    assert set(titles) <= {s["title"] for s in diff["sites"]}
+    text = tracepool.render_report(raw, "text")
+    retained = [t for t in titles if "       at %s\n" % t in text]
+    assert retained, text  # the demo's kept outputs outlive its marks
+    drawn(page, html)
+    page.click("#table-tabs button[data-table=live]")
+    rows = texts(page, "tr.site-row td.site")
+    assert len(rows) == len(titles)
+    for title in titles:
+        assert any(row.startswith(title) for row in rows), (title, rows)
