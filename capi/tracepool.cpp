@@ -222,6 +222,20 @@ int tracepool_free(tracepool_t* tp, void* ptr, void* /*stream*/) {
   });
 }
 
+int tracepool_observe_alloc(tracepool_t* tp, const void* ptr, size_t size, int device, int kind, const char* source) {
+  return guarded("tracepool_observe_alloc", [&] {
+    if (status s = check_handle(tp, "tracepool_observe_alloc"); s != status::ok) return s;
+    return tp->impl->observe_alloc(ptr, size, device, static_cast<tracepool::core::observed_kind>(kind), source);
+  });
+}
+
+int tracepool_observe_free(tracepool_t* tp, const void* ptr) {
+  return guarded("tracepool_observe_free", [&] {
+    if (status s = check_handle(tp, "tracepool_observe_free"); s != status::ok) return s;
+    return tp->impl->observe_free(ptr);
+  });
+}
+
 int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stream) {
   return guarded("tracepool_record_stream", [&] {
     if (status s = check_handle(tp, "tracepool_record_stream"); s != status::ok) return s;

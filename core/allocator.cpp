@@ -76,6 +76,7 @@ allocator::~allocator() { unregister_fork_participant(this); }
 
 void allocator::lock_for_fork() {
   labels_.lock_for_fork();  // a leaf: taken alone everywhere else
+  observed_.lock_for_fork();  // likewise
   routes_.lock_for_fork();
   live_.lock_all();
   for (auto& dev : devices_) dev->lock_for_fork();
@@ -94,6 +95,7 @@ void allocator::unlock_after_fork(bool child) {
   for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) (*it)->unlock_after_fork(forget);
   live_.unlock_all();
   routes_.unlock_after_fork();
+  observed_.unlock_after_fork();
   labels_.unlock_after_fork();
 }
 
@@ -152,6 +154,39 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
     const uint64_t now = monotonic_coarse_ns();
     if (tracer_->auto_mark_due(now, true)) (void)take_auto_mark("sample", now, true);
   }
+  return status::ok;
+}
+
+status allocator::observe_alloc(const void* ptr, size_t size, int device, observed_kind kind, const char* source) {
+  const char* what = "tracepool_observe_alloc";
+  if (ptr == nullptr) return fail(status::invalid_argument, "%s: ptr is NULL", what);
+  if (status s = check_device(device); s != status::ok) return s;
+  if (size == 0 || size > max_request)
+    return fail(status::invalid_argument, "%s: %zu bytes: expected 1 to %zu", what, size, max_request);
+  const int k = static_cast<int>(kind);
+  if (k < 0 || k >= observed_kinds)
+    return fail(status::invalid_argument, "%s: kind %d: expected device (0), managed (1) or pinned host (2)", what, k);
+  if (status s = check_source(what, source); s != status::ok) return s;
+  if (live_.with_block(const_cast<void*>(ptr), [](block*) {}))
+    return fail(status::invalid_argument, "%s: %p is a block of tracepool's own pool, counted there already", what, ptr);
+  // The source is the innermost tag, so that the block's site is one of its own (Note [Observed memory]).
+  const std::string tag = observed_tag(kind, source);
+  if (status s = push_tag(tag.c_str()); s != status::ok) return s;
+  const block_tag t = tracer_->capture(size);
+  (void)pop_tag();
+  const observed_block b{reinterpret_cast<uintptr_t>(ptr), size, device, kind, t.site, t.birth};
+  if (status s = observed_.add(b); s != status::ok) return s;
+  tracer_->on_alloc(block_event{ptr, size, size, device, nullptr, t.site, t.birth});
+  return status::ok;
+}
+
+status allocator::observe_free(const void* ptr) {
+  if (ptr == nullptr) return status::ok;
+  observed_block b;
+  if (status s = observed_.take(reinterpret_cast<uintptr_t>(ptr), &b); s != status::ok) return s;
+  const block_event e{ptr, b.size, b.size, b.device, nullptr, b.site, b.birth};
+  tracer_->on_free(e);
+  tracer_->on_freed(e);
   return status::ok;
 }
 

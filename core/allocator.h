@@ -16,7 +16,8 @@
 //      (cuMemAlloc, event pools, host emulation) and an observer's leaf lock (history.h);
 //   4. nothing: the backend, the device lock and observer locks nest nothing.
 // Taken alone, never with another held: the call-site table's shards and the marks' lock
-// (trace/tracer.h, during capture and marks), the tag and symbolizer locks, the OOM reporter's.
+// (trace/tracer.h, during capture and marks), the tag and symbolizer locks, the OOM reporter's, the
+// table of observed memory (observed.h).
 // Device work that may block (cuMemAlloc, cuMemFree, event synchronisation) runs under at most one
 // pool lock, never under the device lock. TSan checks this order in CI: spin locks tell TSan they are
 // locks (base/spin_lock.h), and tests/unit/concurrency_test.cpp takes every nesting above on threads.
@@ -34,6 +35,7 @@
 #include "base/fork_guard.h"
 #include "device_cache.h"
 #include "history.h"
+#include "observed.h"
 #include "observer.h"
 #include "pointer_map.h"
 #include "private_pool.h"
@@ -51,6 +53,11 @@ class allocator final : public fork_participant {
   status malloc(size_t size, int device, backend::stream_handle stream, void** out, size_t at_least = 0);
   status free(void* ptr);
   status record_stream(void* ptr, backend::stream_handle stream);
+  // Memory the caller got outside the pool (Note [Observed memory] in observed.h): recorded with the
+  // calling thread's call site, tags and marks, and its free; `source` as check_source reads it.
+  status observe_alloc(const void* ptr, size_t size, int device, observed_kind kind, const char* source);
+  status observe_free(const void* ptr);
+  observed_memory& observed() { return observed_; }
   status empty_cache(int device);  // -1: every device
   status stats(int device, device_stats* out);
   status reset_peak(int device);
@@ -150,6 +157,7 @@ class allocator final : public fork_participant {
 
   const uint64_t instance_;  // distinguishes instances in the thread-local pool cache
   std::unique_ptr<backend::backend> backend_;
+  observed_memory observed_;  // Note [Observed memory]
   std::unique_ptr<tracer> tracer_;    // subscribed first: call-site counters and marks
   history_labels labels_;             // before history_, which reads it
   std::unique_ptr<history> history_;  // subscribed next when history:N is on, or at the first record_history

@@ -18,6 +18,7 @@ struct device_blocks {
   device_stats stats;
   std::vector<block_record> blocks;  // each segment's blocks together, in address order
   std::vector<private_pool_info> pools;  // retained private pools, read just before the blocks
+  std::vector<observed_block> observed;  // memory seen outside the pool (Note [Observed memory]), after them
 };
 
 struct held_memory {
@@ -33,6 +34,7 @@ inline status collect(allocator& a, held_memory* out) {
     // A pool retained while the blocks are copied shows its blocks as ordinary ones in this report.
     if (status s = a.retained_pools(d, &dev.pools); s != status::ok) return s;
     if (status s = a.collect_blocks(d, &dev.blocks); s != status::ok) return s;
+    dev.observed = a.observed().blocks(d);
   }
   return status::ok;
 }

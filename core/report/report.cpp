@@ -305,6 +305,15 @@ device_summary walk_device(allocator& a, const device_blocks& dev, const report&
     l.add(t, b, dev.device);
     if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
   }
+  for (const observed_block& o : dev.observed) {  // live as pool blocks are, at sites of their own
+    (o.kind == observed_kind::host ? ds.observed_host_bytes : ds.observed_bytes) += static_cast<int64_t>(o.size);
+    if (o.site == 0 && r.sample_bytes != 0) continue;
+    block_record b{};
+    b.site = o.site, b.birth = o.birth, b.size = b.requested = o.size, b.live = true, b.address = o.address;
+    live_tally& l = w->live[b.site];
+    l.add(t, b, dev.device);
+    if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
+  }
   size_t free_bytes = 0, total_bytes = 0;
   if (a.memory_info(ds.device, &free_bytes, &total_bytes) == status::ok && free_bytes <= total_bytes) {
     ds.total_bytes = static_cast<int64_t>(total_bytes);

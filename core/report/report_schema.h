@@ -147,6 +147,8 @@ TRACEPOOL_FIELDS_OF(device_summary) {
   v.unless("segments", s.segments, std::string());
   if (!s.segments.empty()) v("growable_available", s.growable_available);  // read after "segments"
   v.unless("free_page_bytes", s.free_page_bytes, int64_t{-1});
+  v("observed_bytes", s.observed_bytes);  // Note [Observed memory]
+  v("observed_host_bytes", s.observed_host_bytes);
 }
 
 // The report itself (docs/report-schema.md's top level).

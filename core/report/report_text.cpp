@@ -194,6 +194,13 @@ void pools(std::string& out, const report& r, size_t top) {
   });
 }
 
+// What the device holds outside the pool that a runtime told of (Note [Observed memory]); "" for none.
+std::string observed_line(const device_summary& d) {
+  if (d.observed_bytes == 0 && d.observed_host_bytes == 0) return "";
+  return "  seen outside the pool (tracepool_observe_alloc): " + human_bytes(d.observed_bytes) + " on the device, " +
+         human_bytes(d.observed_host_bytes) + " pinned host; their sites are below, tagged by source\n";
+}
+
 std::string page_words() { return std::to_string(free_page_size >> 20) + " MiB"; }  // "2 MiB"
 
 // Note [Fragmentation in reports], one line under the device's; nothing for a report that predates it.
@@ -344,7 +351,7 @@ std::string to_text(const report& r, size_t top) {
       if (d.total_bytes > 0)
         out += printf_string("; the driver counts %s of %s used", human_bytes(d.used_bytes).c_str(),
                              human_bytes(d.total_bytes).c_str());
-      out += "\n";
+      out += "\n" + observed_line(d);
       if (d.total_bytes > 0) out += by_process(r, d);
       continue;
     }
@@ -359,6 +366,7 @@ std::string to_text(const report& r, size_t top) {
     const int64_t in_pools = pooled == pool_bytes.end() ? 0 : pooled->second;
     out += in_pools == 0 ? "\n" : "; " + human_bytes(in_pools) + " reserved by private pools\n";
     out += fragmentation_line(d);
+    out += observed_line(d);
     if (d.total_bytes > 0)  // Note [Where the memory went]
       out += printf_string(
           "  the driver counts %s of %s used (what nvidia-smi shows): %s reserved by tracepool, %s outside it "

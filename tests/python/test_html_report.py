@@ -365,3 +365,14 @@ def test_the_page_names_each_site_as_the_text_merge_and_diff_do(page, demo):
     assert len(rows) == len(titles)
     for title in titles:
         assert any(row.startswith(title) for row in rows), (title, rows)
+
+
+def test_memory_seen_outside_the_pool_is_on_its_device_card(page, demo, tmp_path):
+    """A device whose runtime told tracepool of memory got elsewhere (tracepool_observe_alloc) says how much."""
+    def observed(data):
+        data["devices"][0]["observed_bytes"] = 3 << 20
+        data["devices"][0]["observed_host_bytes"] = 1 << 20
+    html, _ = variant(demo, tmp_path, "observed", observed)
+    drawn(page, html)
+    card = texts(page, "#devices .card")[0]
+    assert "seen outside the pool (tracepool_observe_alloc): 3.00 MiB on the device, 1.00 MiB pinned host" in card, card

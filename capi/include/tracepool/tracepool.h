@@ -121,6 +121,24 @@ TRACEPOOL_API int tracepool_free(tracepool_t* tp, void* ptr, void* stream);
 /* Marks `ptr` as used on `stream` too (Tensor.record_stream): at free, reuse waits for the work
  * submitted to `stream` before the free as well. */
 TRACEPOOL_API int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stream);
+/* ---- Observed memory: what a runtime got outside the pool --------------------------------------- */
+/* Tells tracepool that the caller got `size` bytes at `ptr` outside tracepool's pool: from the driver
+ * (cuMemAlloc, cudaMalloc), its own allocator or an arena. tracepool records the block with the calling
+ * thread's call site, tags and marks, as a pool block, and never serves, caches or frees it: reports list
+ * it among the live sites, tagged "outside the pool: SOURCE" ("pinned host: SOURCE" for kind HOST), with
+ * its growth; the device's observed bytes are in the report's devices. `kind`: DEVICE (on `device`),
+ * MANAGED, or HOST (pinned host memory that `device`'s context made). `source` names who got it, 1 to 32
+ * bytes of UTF-8 without control characters ("nccl", "cudaMalloc", "xla"). TRACEPOOL_ERR_INVALID_ARGUMENT
+ * (nothing recorded) for a NULL pointer, size 0 or over 2^50, a bad kind or source, a pointer observed
+ * already, or a block of tracepool's own pool. */
+#define TRACEPOOL_OBSERVED_DEVICE 0
+#define TRACEPOOL_OBSERVED_MANAGED 1
+#define TRACEPOOL_OBSERVED_HOST 2
+TRACEPOOL_API int tracepool_observe_alloc(tracepool_t* tp, const void* ptr, size_t size, int device, int kind,
+                                          const char* source);
+/* Its release: `ptr` as told to tracepool_observe_alloc (NULL is a no-op). A pointer not observed now is
+ * TRACEPOOL_ERR_INVALID_ARGUMENT, and nothing changes. */
+TRACEPOOL_API int tracepool_observe_free(tracepool_t* tp, const void* ptr);
 /* Gives every fully free cached segment of `device` back to the device (-1: all devices). */
 TRACEPOOL_API int tracepool_empty_cache(tracepool_t* tp, int device);
 /* Device memory as the driver sees it (like cudaMemGetInfo). */
