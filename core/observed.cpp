@@ -2,9 +2,8 @@
 #include "observed.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "base/utf8.h"
+#include "trace/tags.h"
 
 namespace tracepool::core {
 
@@ -19,16 +18,7 @@ std::string observed_tag(observed_kind kind, const char* source) {
 }
 
 status check_source(const char* what, const char* source) {
-  if (source == nullptr) return fail(status::invalid_argument, "%s: source is NULL", what);
-  const size_t n = strnlen(source, max_source_bytes + 1);
-  if (n == 0) return fail(status::invalid_argument, "%s: source is empty", what);
-  if (n > max_source_bytes)
-    return fail(status::invalid_argument, "%s: source is longer than %zu bytes", what, max_source_bytes);
-  for (size_t i = 0; i < n; ++i)
-    if (static_cast<unsigned char>(source[i]) < 0x20 || source[i] == 0x7f)
-      return fail(status::invalid_argument, "%s: source contains a control character", what);
-  if (!is_utf8(source, n)) return fail(status::invalid_argument, "%s: source is not valid UTF-8", what);
-  return status::ok;
+  return check_name(what, "source", source, max_source_bytes);
 }
 
 status observed_memory::add(const observed_block& b) {

@@ -33,8 +33,8 @@ inline constexpr int observed_kinds = 3;
 // The tag an observed block's call site carries: "outside the pool: nccl", "pinned host: cudart".
 std::string observed_tag(observed_kind kind, const char* source);
 
-// Reads a source name as tracepool_observe_alloc takes it: 1 to 32 bytes of UTF-8 without control
-// characters; invalid_argument naming `what` otherwise.
+// Reads a source name as tracepool_observe_alloc takes it: a tag label's rule (check_name in
+// trace/tags.h), at most 32 bytes; invalid_argument naming `what` otherwise.
 status check_source(const char* what, const char* source);
 
 struct observed_block {

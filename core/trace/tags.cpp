@@ -55,18 +55,19 @@ thread_local last_push tls_last;
 
 uint32_t current_tags() { return tls_tags; }
 
-status check_label(const char* what, const char* label) {
-  if (label == nullptr) return fail(status::invalid_argument, "%s: label is NULL", what);
-  const size_t n = strnlen(label, max_label_bytes + 1);
-  if (n == 0) return fail(status::invalid_argument, "%s: label is empty", what);
-  if (n > max_label_bytes)
-    return fail(status::invalid_argument, "%s: label is longer than %zu bytes", what, max_label_bytes);
+status check_name(const char* what, const char* noun, const char* text, size_t most) {
+  if (text == nullptr) return fail(status::invalid_argument, "%s: %s is NULL", what, noun);
+  const size_t n = strnlen(text, most + 1);
+  if (n == 0) return fail(status::invalid_argument, "%s: %s is empty", what, noun);
+  if (n > most) return fail(status::invalid_argument, "%s: %s is longer than %zu bytes", what, noun, most);
   for (size_t i = 0; i < n; ++i)
-    if (static_cast<unsigned char>(label[i]) < 0x20)
-      return fail(status::invalid_argument, "%s: label contains a control character", what);
-  if (!is_utf8(label, n)) return fail(status::invalid_argument, "%s: label is not valid UTF-8", what);
+    if (static_cast<unsigned char>(text[i]) < 0x20)
+      return fail(status::invalid_argument, "%s: %s contains a control character", what, noun);
+  if (!is_utf8(text, n)) return fail(status::invalid_argument, "%s: %s is not valid UTF-8", what, noun);
   return status::ok;
 }
+
+status check_label(const char* what, const char* label) { return check_name(what, "label", label, max_label_bytes); }
 
 status push_tag(const char* label) {
   last_push& last = tls_last;

@@ -26,5 +26,7 @@ status pop_tag();
 std::vector<std::string> tag_labels(uint32_t tags);
 // Checks a label given by a user: not null, not empty, at most max_label_bytes, no control bytes.
 status check_label(const char* what, const char* label);
+// The same rule for any short name (`noun` names it in the message: "source"), at most `most` bytes.
+status check_name(const char* what, const char* noun, const char* text, size_t most);
 
 }  // namespace tracepool::core
