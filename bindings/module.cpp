@@ -162,6 +162,28 @@ void def_memory(py::module_& m) {
       py::arg("ptr"), py::arg("stream"),
       "The block at ptr is also used on stream: once freed, it is reused elsewhere only after that work.");
   m.def(
+      "observe_alloc",
+      [](uintptr_t ptr, size_t nbytes, int device, const std::string& kind, const std::string& source) {
+        const int k = kind == "device" ? TRACEPOOL_OBSERVED_DEVICE
+                      : kind == "managed" ? TRACEPOOL_OBSERVED_MANAGED
+                      : kind == "host"    ? TRACEPOOL_OBSERVED_HOST
+                                          : -1;
+        if (k < 0) raise_status(TRACEPOOL_ERR_INVALID_ARGUMENT, "observe_alloc: kind must be 'device', 'managed' or 'host'");
+        const char* name = c_text(source, "source");
+        call_default([&](tracepool_t* tp) {
+          return tracepool_observe_alloc(tp, reinterpret_cast<const void*>(ptr), nbytes, device, k, name);
+        });
+      },
+      py::arg("ptr"), py::arg("nbytes"), py::arg("device") = 0, py::arg("kind") = "device", py::arg("source"),
+      "Tells tracepool of memory got outside its pool (the driver, a runtime's own allocator): recorded at this "
+      "line, listed in reports tagged 'outside the pool: SOURCE', never served or freed by tracepool.");
+  m.def(
+      "observe_free",
+      [](uintptr_t ptr) {
+        call_default([&](tracepool_t* tp) { return tracepool_observe_free(tp, reinterpret_cast<const void*>(ptr)); });
+      },
+      py::arg("ptr"), "The release of memory told to observe_alloc (0 is a no-op).");
+  m.def(
       "mem_get_info",
       [](int device) {
         size_t free_bytes = 0, total_bytes = 0;

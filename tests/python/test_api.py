@@ -327,3 +327,30 @@ def test_reports_under_file_descriptor_exhaustion_raise_tracepool_errors(run_pyt
     assert len(lines) == 3, child.stdout
     for line in lines:
         assert "Too many open files" in line and " done" not in line, line
+
+
+def test_memory_got_outside_the_pool_is_reported_at_its_line_with_its_source():
+    """tracepool.observe_alloc (Note [Observed memory]): a runtime's own allocation, recorded, never served."""
+    ptr, size = 0x7F1200000000, 3 << 20
+
+    def nccl_init():
+        tracepool.observe_alloc(ptr, size, source="nccl")  # observed here
+
+    nccl_init()
+    try:
+        report = json.loads(tracepool.report("json", holders=False))
+        [site] = [s for s in report["leaks"] if s["tags"][-1:] == ["outside the pool: nccl"]]
+        assert site["bytes"] == size
+        python = [f for f in site["frames"] if f["kind"] == "python"]
+        assert python[0]["function"].endswith("nccl_init") and site["title"].startswith(python[0]["function"])
+        assert report["devices"][0]["observed_bytes"] == size
+        with pytest.raises(tracepool.InvalidArgumentError, match="observed already"):
+            tracepool.observe_alloc(ptr, size, source="nccl")
+        with pytest.raises(tracepool.InvalidArgumentError, match="kind must be"):
+            tracepool.observe_alloc(ptr + size, size, kind="gpu", source="nccl")
+    finally:
+        tracepool.observe_free(ptr)
+    report = json.loads(tracepool.report("json", holders=False))
+    assert report["devices"][0]["observed_bytes"] == 0
+    with pytest.raises(tracepool.InvalidArgumentError, match="never observed"):
+        tracepool.observe_free(ptr)

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from . import _tracepool
-from ._tracepool import Error, InvalidArgumentError, OutOfMemoryError, alloc, free
+from ._tracepool import Error, InvalidArgumentError, OutOfMemoryError, alloc, free, observe_alloc, observe_free
 
 __all__ = [
     "Error",
@@ -38,6 +38,8 @@ __all__ = [
     "leaks",
     "library_path",
     "mark",
+    "observe_alloc",
+    "observe_free",
     "render_report",
     "report",
     "report_path",
