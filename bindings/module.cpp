@@ -174,7 +174,8 @@ void def_memory(py::module_& m) {
           return tracepool_observe_alloc(tp, reinterpret_cast<const void*>(ptr), nbytes, device, k, name);
         });
       },
-      py::arg("ptr"), py::arg("nbytes"), py::arg("device") = 0, py::arg("kind") = "device", py::arg("source"),
+      py::arg("ptr"), py::arg("nbytes"), py::arg("device") = 0, py::arg("kind") = "device", py::kw_only(),
+      py::arg("source"),
       "Tells tracepool of memory got outside its pool (the driver, a runtime's own allocator): recorded at this "
       "line, listed in reports tagged 'outside the pool: SOURCE', never served or freed by tracepool.");
   m.def(

@@ -13,8 +13,13 @@
 //   - the tracer counts it as it counts pool blocks (live bytes per site, at every mark), so growth
 //     needs nothing new; the statistics (PyTorch's memory_stats names) do not: they are the pool's;
 //   - the table is a leaf lock of its own, taken alone (Note [Lock order] in allocator.h) and by fork;
-//   - a pointer is observed once until its free; a pointer of tracepool's own pool, a second
-//     observation of a pointer and the free of a pointer never observed are refused, changing nothing.
+//   - a pointer is observed once until its free; a live block of tracepool's own pool (by its start),
+//     a second observation of a pointer and the free of a pointer never observed are refused, changing
+//     nothing. The caller tells the free before the memory goes back, or another thread may be given
+//     the address first.
+// Limits: with call sites off (or the site table full) the block has no site, so no tag: it is counted
+// in the device's observed bytes and among the sites' "no call site" entry, without its source. Pinned
+// host memory counts in the device's share of its site, as the device whose context made it.
 #pragma once
 
 #include <cstdint>

@@ -29,13 +29,23 @@ std::string padded(std::string text, size_t width) {
   return text;
 }
 
-// What a site is across processes (compare.h): tags, then each frame's kind, function, file and line.
+// Sizes from a saved report are any non-negative int64: their sums stop at the largest.
+int64_t add_bytes(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
+}
+
+// What a site is across processes (compare.h): tags, then each frame's kind, function, file and line,
+// each part after its length (the strings are a report's: no separator can be trusted).
 std::string site_key(const std::vector<std::string>& tags, const std::vector<frame_info>& frames) {
   std::string key;
-  for (const std::string& t : tags) key += t + '\x1f';
-  key += '\x1e';
-  for (const frame_info& f : frames)
-    key += (f.script ? "p" : "n") + f.function + '\x1f' + f.file + '\x1f' + std::to_string(f.line) + '\x1e';
+  const auto part = [&key](const std::string& s) { key += std::to_string(s.size()) + ':' + s; };
+  key += std::to_string(tags.size()) + 't';
+  for (const std::string& t : tags) part(t);
+  for (const frame_info& f : frames) {
+    key += f.script ? 'p' : 'n';
+    part(f.function), part(f.file), part(std::to_string(f.line));
+  }
   return key;
 }
 
@@ -61,29 +71,50 @@ struct report_digest {
   std::string file, reason, backend, host;
   int64_t pid = 0, rank = -1, world_size = 0;
   int64_t live_bytes = 0, allocated_bytes = 0, reserved_bytes = 0, cached_bytes = 0;
+  site_table sites;  // its own sites, first seen first, until placed among all reports' (place)
   std::unordered_map<size_t, int64_t> live, cached;  // site -> bytes (sites of one stack summed)
   std::set<size_t> growing;
   std::string label;  // set once all are read
 };
 
-status digest(const saved_text& saved, site_table* sites, report_digest* d) {
+status digest(const saved_text& saved, report_digest* d) {
   report r;
   if (status s = read_report_json(saved.text, &r, saved.name.c_str()); s != status::ok) return s;
   d->file = saved.name, d->reason = r.reason, d->backend = r.backend, d->host = r.process.host;
   d->pid = r.process.pid, d->rank = r.process.rank, d->world_size = r.process.world_size;
   for (const device_summary& dev : r.devices) {
-    d->allocated_bytes += dev.stats.table.at(stat_kind::allocated_bytes, all_pools).current;
-    d->reserved_bytes += dev.stats.table.at(stat_kind::reserved_bytes, all_pools).current;
-    d->cached_bytes += dev.cached_bytes;
+    d->allocated_bytes = add_bytes(d->allocated_bytes, dev.stats.table.at(stat_kind::allocated_bytes, all_pools).current);
+    d->reserved_bytes = add_bytes(d->reserved_bytes, dev.stats.table.at(stat_kind::reserved_bytes, all_pools).current);
+    d->cached_bytes = add_bytes(d->cached_bytes, dev.cached_bytes);
   }
   for (const site_summary& s : r.leaks) {
-    const size_t site = sites->of(s.tags, s.frames);
-    d->live[site] += s.bytes;
-    d->live_bytes += s.bytes;
+    const size_t site = d->sites.of(s.tags, s.frames);
+    d->live[site] = add_bytes(d->live[site], s.bytes);
+    d->live_bytes = add_bytes(d->live_bytes, s.bytes);
     if (s.growing) d->growing.insert(site);
   }
-  for (const cached_summary& c : r.cached) d->cached[sites->of(c.tags, c.frames)] += c.bytes;
+  for (const cached_summary& c : r.cached) {
+    const size_t site = d->sites.of(c.tags, c.frames);
+    d->cached[site] = add_bytes(d->cached[site], c.bytes);
+  }
   return status::ok;
+}
+
+// The report's sites among all reports' (`all`, in the order the reports are placed), so that which
+// report names a shared site does not depend on the order the files were given.
+void place(report_digest* d, site_table* all) {
+  std::vector<size_t> global(d->sites.sites.size());
+  for (size_t i = 0; i < global.size(); ++i) global[i] = all->of(d->sites.sites[i].tags, d->sites.sites[i].frames);
+  const auto moved = [&](const std::unordered_map<size_t, int64_t>& local) {
+    std::unordered_map<size_t, int64_t> out;
+    for (const auto& [site, bytes] : local) out[global[site]] = bytes;
+    return out;
+  };
+  d->live = moved(d->live), d->cached = moved(d->cached);
+  std::set<size_t> growing;
+  for (size_t site : d->growing) growing.insert(global[site]);
+  d->growing = std::move(growing);
+  d->sites = site_table{};
 }
 
 int64_t bytes_of(const std::unordered_map<size_t, int64_t>& held, size_t site) {
@@ -126,7 +157,7 @@ struct merged {
 status merge(const std::vector<saved_text>& inputs, merged* m) {
   m->reports.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (status s = digest(inputs[i], &m->table, &m->reports[i]); s != status::ok) return s;
+    if (status s = digest(inputs[i], &m->reports[i]); s != status::ok) return s;
   std::stable_sort(m->reports.begin(), m->reports.end(), [](const report_digest& a, const report_digest& b) {
     const auto key = [](const report_digest& d) { return std::make_tuple(d.rank < 0, d.rank < 0 ? 0 : d.rank); };
     return key(a) != key(b) ? key(a) < key(b) : a.file < b.file;
@@ -136,6 +167,7 @@ status merge(const std::vector<saved_text>& inputs, merged* m) {
     if (d.rank >= 0) ranks.insert(d.rank);
   const bool by_rank = ranks.size() == m->reports.size();
   for (report_digest& d : m->reports) d.label = by_rank ? "rank " + std::to_string(d.rank) : base_name(d.file);
+  for (report_digest& d : m->reports) place(&d, &m->table);
 
   const size_t n = m->reports.size();
   for (size_t site = 0; site < m->table.sites.size(); ++site) {
@@ -145,7 +177,7 @@ status merge(const std::vector<saved_text>& inputs, merged* m) {
       s.live.push_back(bytes_of(d.live, site));
       s.cached.push_back(bytes_of(d.cached, site));
       s.growing.push_back(d.growing.count(site) != 0);
-      s.total_live += s.live.back(), s.total_cached += s.cached.back();
+      s.total_live = add_bytes(s.total_live, s.live.back()), s.total_cached = add_bytes(s.total_cached, s.cached.back());
     }
     s.most = static_cast<size_t>(std::max_element(s.live.begin(), s.live.end()) - s.live.begin());
     const double mean = static_cast<double>(s.total_live) / static_cast<double>(n);
@@ -171,8 +203,8 @@ std::string merge_json(const merged& m) {
     j.key("label"), j.value(d.label);
     j.key("reason"), j.value(d.reason);
     j.key("backend"), j.value(d.backend);
-    j.key("pid"), d.pid > 0 ? j.value(d.pid) : j.null();
-    j.key("host"), j.value_or_null(d.host);
+    j.key("pid"), j.value(d.pid);  // 0: the report did not say
+    j.key("host"), j.value(d.host);
     j.key("rank"), d.rank >= 0 ? j.value(d.rank) : j.null();
     j.key("world_size"), d.world_size > 0 ? j.value(d.world_size) : j.null();
     j.key("live_bytes"), j.value(d.live_bytes);
@@ -212,7 +244,8 @@ std::string columns(const std::vector<int64_t>& values, const std::vector<std::s
   std::vector<int64_t> sorted = values;
   std::sort(sorted.begin(), sorted.end());
   const size_t half = sorted.size() / 2;
-  const int64_t median = sorted.size() % 2 ? sorted[half] : (sorted[half - 1] + sorted[half]) / 2;
+  const int64_t median =
+      sorted.size() % 2 ? sorted[half] : sorted[half - 1] / 2 + sorted[half] / 2 + (sorted[half - 1] % 2 + sorted[half] % 2) / 2;
   return "min " + human_bytes(sorted.front()) + "  median " + human_bytes(median) + "  max " +
          human_bytes(sorted.back());
 }
@@ -301,8 +334,9 @@ struct compared {
 };
 
 status diff(const saved_text& before, const saved_text& after, compared* c) {
-  if (status s = digest(before, &c->table, &c->side[0]); s != status::ok) return s;
-  if (status s = digest(after, &c->table, &c->side[1]); s != status::ok) return s;
+  if (status s = digest(before, &c->side[0]); s != status::ok) return s;
+  if (status s = digest(after, &c->side[1]); s != status::ok) return s;
+  place(&c->side[0], &c->table), place(&c->side[1], &c->table);
   c->rows.resize(c->table.sites.size());
   for (size_t site = 0; site < c->rows.size(); ++site) {
     diff_row& row = c->rows[site];
@@ -311,8 +345,8 @@ status diff(const saved_text& before, const saved_text& after, compared* c) {
       row.live[k] = bytes_of(c->side[k].live, site), row.cached[k] = bytes_of(c->side[k].cached, site);
   }
   std::stable_sort(c->rows.begin(), c->rows.end(), [&](const diff_row& a, const diff_row& b) {
-    const int64_t x = std::llabs(a.live_change()) + std::llabs(a.cached_change());
-    const int64_t y = std::llabs(b.live_change()) + std::llabs(b.cached_change());
+    const int64_t x = add_bytes(std::llabs(a.live_change()), std::llabs(a.cached_change()));
+    const int64_t y = add_bytes(std::llabs(b.live_change()), std::llabs(b.cached_change()));
     return x != y ? x > y : c->table.sites[a.site].where < c->table.sites[b.site].where;
   });
   return status::ok;

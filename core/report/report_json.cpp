@@ -127,10 +127,13 @@ struct json_writer {
   void unless(const char* key, const T& value, const T& unset) {
     if (!(value == unset)) (*this)(key, value);
   }
+  // Null for `unset`, and for any negative figure where `unset` is negative (what no count can be).
   template <typename T>
   void nullable(const char* key, const T& value, const T& unset, bool /*required*/ = false) {
     j.key(key);
-    if (value == unset)
+    bool none = value == unset;
+    if constexpr (std::is_signed_v<T>) none = none || (unset < 0 && value < 0);
+    if (none)
       j.null();
     else
       put(value);

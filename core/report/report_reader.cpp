@@ -10,14 +10,16 @@
 //      some, not thousands), named by its path;
 //   2. JSON (RFC 8259, UTF-8 included; parsed in time linear in the text, json_in.h), and "schema":
 //      "tracepool.report/1";
-//   3. the schema's fields: each object is checked for its type, then its required fields, then the
-//      fields it documents, in the schema's order. Unknown fields are let through (schema 1 may gain
+//   3. the schema's fields (report_schema.h, Note [One schema]): each object is checked for its type,
+//      then its required fields, then the fields it lists, in their order; what the fields do not say of
+//      themselves (marks, growth, each device's statistics, the retained entries) last. Unknown fields are let through (schema 1 may gain
 //      fields), and values are checked for type, not against the documented enumerations (reason,
 //      kind), which a later version of schema 1 may extend. Integers are counts, sizes, ids, times or
 //      line numbers: never negative, never a bool, and no larger than the field that holds them;
 //   4. consistency: each retained entry is one of the leaks (its site, tags and frames) and names a
 //      kept mark, since the renderer reaches both through indices.
-// Reading one field, with its type check and its path, is report_reader.h's; this file holds the schema.
+// Reading one field, with its type check and its path, is report_reader.h's; the fields are
+// report_schema.h's; this file walks them and holds the checks beyond them.
 #include "report/report_reader.h"
 
 #include <algorithm>
@@ -192,7 +194,7 @@ bool check(report_reader&, const json&, const std::string&, const backend::proce
 bool check(report_reader&, const json&, const std::string&, const device_share&) { return true; }
 
 bool check(report_reader& in, const json&, const std::string& path, const mark_summary& m) {
-  return m.time_ns <= static_cast<uint64_t>(INT64_MAX) ||  // written as int64
+  return m.time_ns <= static_cast<uint64_t>(INT64_MAX) ||  // a time in ns since the epoch: int64 in every writer
          in.fail(path + ".time_ns must be at most " + std::to_string(INT64_MAX));
 }
 

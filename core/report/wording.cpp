@@ -49,7 +49,9 @@ std::vector<const frame_info*> readable(const std::vector<frame_info>& frames) {
   for (const frame_info* f : kept) {
     if (!f->script || (!python.empty() && is_library(*f))) continue;
     python.push_back(f);
-    if (f->function == "<module>") break;  // what ran a module's top level is not the program
+    // What ran the user's module's top level is not the program (a library's module may be imported
+    // by the user's code: its top level is the line that asked, and the user's lines follow).
+    if (f->function == "<module>" && !is_library(*f)) break;
   }
   return python.empty() ? kept : python;
 }
@@ -128,13 +130,13 @@ std::string tag_list(const std::vector<std::string>& tags) {
 
 std::string human_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
-  const int64_t m = bytes < 0 ? -bytes : bytes;
+  const uint64_t m = bytes < 0 ? 0 - static_cast<uint64_t>(bytes) : static_cast<uint64_t>(bytes);
   char text[48];
-  if (m >= (int64_t{1} << 30))
+  if (m >= (uint64_t{1} << 30))
     std::snprintf(text, sizeof text, "%.2f GiB", b / (1 << 30));
-  else if (m >= (int64_t{1} << 20))
+  else if (m >= (uint64_t{1} << 20))
     std::snprintf(text, sizeof text, "%.2f MiB", b / (1 << 20));
-  else if (m >= (int64_t{1} << 10))
+  else if (m >= (uint64_t{1} << 10))
     std::snprintf(text, sizeof text, "%.2f KiB", b / (1 << 10));
   else
     std::snprintf(text, sizeof text, "%" PRId64 " B", bytes);

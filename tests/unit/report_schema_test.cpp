@@ -101,7 +101,7 @@ TEST(ReportSchema, WhatTheWriterWritesTheReaderReadsBack) {
   d.largest_free_block = 2 << 20;
   d.total_bytes = 80 << 20;
   d.used_bytes = 40 << 20;
-  d.processes = {{42, 30 << 20}, {43, -1}};
+  d.processes = {{42, 30 << 20}, {43, -1}, {44, -7}};  // any negative figure: not known
   d.processes_listed = true;
   d.segments = core::segments_growable;
   d.growable_available = true;
@@ -135,6 +135,7 @@ TEST(ReportSchema, WhatTheWriterWritesTheReaderReadsBack) {
     EXPECT_TRUE(doc.contains(key) || key == "oom") << key;  // "oom" only when the reason is
   EXPECT_EQ(doc["process"]["rank"], 3);
   EXPECT_EQ(doc["devices"][0]["processes"][1]["used_bytes"], nullptr);
+  EXPECT_EQ(doc["devices"][0]["processes"][2]["used_bytes"], nullptr);
 }
 
 }  // namespace

@@ -57,6 +57,12 @@ TEST(SiteTitle, AtMostFourFramesAndNothingBeyondAModulesTopLevel) {
   frames = {py("load", "/home/me/data.py", 3), py("<module>", "/home/me/data.py", 9), py("<module>", "/home/me/train.py", 1),
             py("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241)};
   EXPECT_EQ(core::site_title(frames), std::string("load (data.py:3)") + arrow + "<module> (:9)");
+  // A library's module imported by the user's code: its top level is the line that asked.
+  frames = {py("<module>", "/venv/lib/python3.11/site-packages/mylib/buffers.py", 5),
+            py("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241), py("setup", "/home/me/train.py", 12),
+            py("<module>", "/home/me/train.py", 30)};
+  EXPECT_EQ(core::site_title(frames),
+            std::string("setup (train.py:12)") + arrow + "<module> (:30) \xc2\xb7 via <module> (buffers.py:5)");
   // The library alone: its innermost lines, no "via".
   frames = {py("empty", "/usr/lib/python3/dist-packages/numpy/core.py", 7)};
   EXPECT_EQ(core::site_title(frames), "empty (core.py:7)");
@@ -188,6 +194,46 @@ TEST(SiteTitle, MergeAndDiffRefuseWhatIsNotAReport) {
   ASSERT_EQ(tracepool_merge_reports(2, texts, sizes, names, &as_html, &out), TRACEPOOL_OK) << tracepool_last_error();
   EXPECT_EQ(std::string(out).rfind("<!DOCTYPE html>", 0), 0u);
   tracepool_string_free(out);
+}
+
+// Saved reports are anyone's: merge and diff give one answer whatever order the files come in, keep sites
+// whose names only look alike apart, and stop sums at the largest size instead of overflowing.
+TEST(SiteTitle, MergeIsTheSameInAnyOrderAndSafeWithAnyFigures) {
+  const auto one = [](int64_t rank, uintptr_t address, std::vector<std::string> tags, int64_t bytes) {
+    core::report r;
+    r.reason = "exit";
+    r.backend = "host";
+    r.process.rank = rank;
+    r.process.world_size = 2;
+    core::site_summary s;
+    s.site = 1;
+    s.bytes = s.block_bytes = s.peak_bytes = s.total_bytes = bytes;
+    s.blocks = s.total_blocks = 1;
+    s.tags = std::move(tags);
+    s.frames = {native("", "/lib/libfoo.so", address), py("step", "/home/me/train.py", 3)};
+    r.leaks = {s};
+    return core::to_json(r);
+  };
+  const std::string a = one(0, 0x1000, {"a\x1f" "b"}, INT64_MAX), b = one(1, 0x2000, {"a", "b"}, INT64_MAX);
+  const std::string c = one(1, 0x2000, {"a\x1f" "b"}, INT64_MAX);
+  const auto merge = [](const std::string& x, const std::string& y, const char* format) {
+    const char* texts[2] = {x.data(), y.data()};
+    const size_t sizes[2] = {x.size(), y.size()};
+    const char* names[2] = {"x.json", "y.json"};
+    tracepool_report_options_t o{};
+    o.size = sizeof o;
+    o.format = format;
+    return c_call([&](char** out) { return tracepool_merge_reports(2, texts, sizes, names, &o, out); });
+  };
+  const json ab = json::parse(merge(a, b, "json"));
+  EXPECT_EQ(ab["sites"].size(), 2u) << "tags [\"a\\x1fb\"] and [\"a\", \"b\"] are two sites";
+  const json ac = json::parse(merge(a, c, "json")), ca = json::parse(merge(c, a, "json"));
+  ASSERT_EQ(ac["sites"].size(), 1u);
+  EXPECT_EQ(ac["sites"][0]["total_live_bytes"], INT64_MAX) << "a sum stops at the largest size";
+  EXPECT_EQ(ac["sites"], ca["sites"]) << "the site is named by the first rank's report, whatever the order";
+  EXPECT_EQ(ca["sites"][0]["frames"][0]["address"], "0x1000") << "rank 0's report names it";
+  EXPECT_NE(merge(c, a, "text").find("8589934592.00 GiB  step (train.py:3)"), std::string::npos)
+      << merge(c, a, "text");
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ def render_file(path, format, top, max_bytes):
 
 
 def _read_all(paths, max_bytes):
-    return [read_saved(path, max_bytes) for path in paths], [shown(path) for path in paths]
+    """The saved reports, and their paths as the library names them (the path's bytes: in JSON as they
+    are, in text and messages escaped)."""
+    return [read_saved(path, max_bytes) for path in paths], [os.fsencode(path) for path in paths]
 
 
 def _library(call, what):
@@ -87,7 +89,7 @@ def diff(before_path, after_path, format, top, max_bytes):
 
     (before, after), names = _read_all((before_path, after_path), max_bytes)
     return _library(lambda: tracepool._tracepool.diff_reports(before, after, names, format, top or 0),
-                    "%s and %s" % tuple(names))
+                    "%s and %s" % (shown(before_path), shown(after_path)))
 
 
 def _human(n):

@@ -136,8 +136,9 @@ TRACEPOOL_API int tracepool_record_stream(tracepool_t* tp, void* ptr, void* stre
 #define TRACEPOOL_OBSERVED_HOST 2
 TRACEPOOL_API int tracepool_observe_alloc(tracepool_t* tp, const void* ptr, size_t size, int device, int kind,
                                           const char* source);
-/* Its release: `ptr` as told to tracepool_observe_alloc (NULL is a no-op). A pointer not observed now is
- * TRACEPOOL_ERR_INVALID_ARGUMENT, and nothing changes. */
+/* Its release: `ptr` as told to tracepool_observe_alloc (NULL is a no-op). Call it before the memory goes
+ * back (before cuMemFree): once it has, another thread may get the same address and observe it. A pointer
+ * not observed now is TRACEPOOL_ERR_INVALID_ARGUMENT, and nothing changes. */
 TRACEPOOL_API int tracepool_observe_free(tracepool_t* tp, const void* ptr);
 /* Gives every fully free cached segment of `device` back to the device (-1: all devices). */
 TRACEPOOL_API int tracepool_empty_cache(tracepool_t* tp, int device);
