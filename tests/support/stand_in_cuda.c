@@ -1,0 +1,212 @@
+/* stand_in_cuda.c: a stand-in for the NVIDIA driver (libcuda.so.1) for tests on machines without a GPU:
+ * a handful of the driver API's entry points over host memory, exported under their versioned names
+ * and through cuGetProcAddress / cuGetProcAddress_v2, as the real driver offers them (CUDA 13.0's
+ * cuda.h; docs/research/cuda-driver-interposition.md). What a program or tracepool's interposer does
+ * with the driver can then be tested here: binding at link time, by dlsym and by cuGetProcAddress,
+ * threads, fork, and a driver that lacks most entry points.
+ *
+ * Written from the documented ABI, without cuda.h: CUresult is an int, CUdeviceptr a 64-bit integer,
+ * handles are pointers. One device (STAND_IN_CUDA_DEVICES=N for more) of 16 GiB; "device memory" is
+ * host memory from malloc, 256-byte aligned; what is allocated is counted, so cuMemGetInfo's free
+ * memory falls as the program allocates. Every entry point is thread-safe. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long cuuint64_t;
+typedef void* CUcontext;
+typedef void* CUstream;
+typedef int CUdriverProcAddressQueryResult;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_NOT_FOUND = 500,
+};
+enum { CU_GET_PROC_ADDRESS_SUCCESS = 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1 };
+
+#define EXPORT __attribute__((visibility("default")))
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialised;
+static unsigned long long allocated;            /* bytes handed out, all devices */
+static const unsigned long long total = 16ull << 30;
+static char context_object;                     /* the one (primary) context's handle */
+
+/* Each allocation's size lives just before the address handed out. */
+enum { header = 256 };
+
+static int device_count(void) {
+  const char* n = getenv("STAND_IN_CUDA_DEVICES");
+  const int count = n != NULL ? atoi(n) : 1;
+  return count > 0 && count <= 64 ? count : 1;
+}
+
+static CUresult allocate(CUdeviceptr* out, size_t size) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *out = 0;
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  const int fits = size <= total - allocated;
+  if (fits) allocated += size;
+  pthread_mutex_unlock(&lock);
+  if (!fits) return CUDA_ERROR_OUT_OF_MEMORY;
+  char* block = NULL;
+  if (posix_memalign((void**)&block, header, header + size) != 0) {
+    pthread_mutex_lock(&lock);
+    allocated -= size;
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  memcpy(block, &size, sizeof size);
+  *out = (CUdeviceptr)(uintptr_t)(block + header);
+  return CUDA_SUCCESS;
+}
+
+static CUresult release(CUdeviceptr ptr) {
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (ptr == 0) return CUDA_SUCCESS;
+  char* block = (char*)(uintptr_t)ptr - header;
+  size_t size = 0;
+  memcpy(&size, block, sizeof size);
+  free(block);
+  pthread_mutex_lock(&lock);
+  allocated -= size;
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuInit(unsigned flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  initialised = 1;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int* version) {
+  if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int* count) {
+  if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  *count = device_count();
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext* context) {
+  if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *context = initialised ? (CUcontext)&context_object : NULL;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == NULL || total_bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  pthread_mutex_lock(&lock);
+  *free_bytes = (size_t)(total - allocated);
+  pthread_mutex_unlock(&lock);
+  *total_bytes = (size_t)total;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t size) { return allocate(ptr, size); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) { return release(ptr); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t size, CUstream stream) {
+  (void)stream;  /* host memory: ready at once, on every stream */
+  return allocate(ptr, size);
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
+  (void)stream;
+  return release(ptr);
+}
+
+static const struct { CUresult code; const char* name; const char* text; } errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+};
+
+static CUresult describe(CUresult code, const char** out, int name) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < sizeof errors / sizeof errors[0]; ++i)
+    if (errors[i].code == code) {
+      *out = name ? errors[i].name : errors[i].text;
+      return CUDA_SUCCESS;
+    }
+  *out = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuGetErrorName(CUresult code, const char** name) { return describe(code, name, 1); }
+EXPORT CUresult cuGetErrorString(CUresult code, const char** text) { return describe(code, text, 0); }
+
+EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult* status);
+
+/* What cuGetProcAddress resolves: the base name (no _v2: the version argument picks the ABI; here every
+ * entry point has one ABI, the one exported). */
+static const struct { const char* name; void* fn; } table[] = {
+    {"cuInit", (void*)cuInit},
+    {"cuDriverGetVersion", (void*)cuDriverGetVersion},
+    {"cuDeviceGetCount", (void*)cuDeviceGetCount},
+    {"cuDeviceGet", (void*)cuDeviceGet},
+    {"cuCtxGetCurrent", (void*)cuCtxGetCurrent},
+    {"cuCtxGetDevice", (void*)cuCtxGetDevice},
+    {"cuMemGetInfo", (void*)cuMemGetInfo_v2},
+    {"cuMemAlloc", (void*)cuMemAlloc_v2},
+    {"cuMemFree", (void*)cuMemFree_v2},
+    {"cuMemAllocAsync", (void*)cuMemAllocAsync},
+    {"cuMemFreeAsync", (void*)cuMemFreeAsync},
+    {"cuGetErrorName", (void*)cuGetErrorName},
+    {"cuGetErrorString", (void*)cuGetErrorString},
+};
+
+EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+
+/* As the real driver: an unknown symbol is CUDA_SUCCESS with *pfn NULL, and *status says why. */
+EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult* status) {
+  (void)flags;
+  if (symbol == NULL || pfn == NULL || version <= 0) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = NULL;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (strcmp(symbol, table[i].name) == 0) *pfn = table[i].fn;
+  if (strcmp(symbol, "cuGetProcAddress") == 0)  /* the ABI of the version asked: 5 arguments from 12.0 */
+    *pfn = version >= 12000 ? (void*)cuGetProcAddress_v2 : (void*)cuGetProcAddress;
+  if (status != NULL) *status = *pfn != NULL ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_SUCCESS;
+}
+
+/* The CUDA 11.3 ABI, four arguments, still exported under the bare name. */
+EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}
