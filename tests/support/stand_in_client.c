@@ -27,9 +27,9 @@ static int driver(void) {
   int status = -1;
   if (get("cuInit", &init, 12000, 0, NULL) || get("cuMemAlloc", &alloc, 12000, 0, NULL) ||
       get("cuMemFree", &release, 12000, 0, NULL) || get("cuMemGetInfo", &info, 12000, 0, NULL) ||
-      get("cuMemCreate", &missing, 12000, 0, &status))
+      get("cuMemMap", &missing, 12000, 0, &status))
     return printf("cuGetProcAddress failed\n"), 1;
-  printf("cuMemCreate: %s, status %d\n", missing == NULL ? "NULL" : "found", status);
+  printf("cuMemMap: %s, status %d\n", missing == NULL ? "NULL" : "found", status);
   if (((init_fn)init)(0) != 0) return printf("cuInit failed\n"), 1;
   size_t free_before = 0, free_after = 0, total = 0;
   unsigned long long ptr = 0;

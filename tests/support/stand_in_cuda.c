@@ -8,7 +8,11 @@
  * Written from the documented ABI, without cuda.h: CUresult is an int, CUdeviceptr a 64-bit integer,
  * handles are pointers. One device (STAND_IN_CUDA_DEVICES=N for more) of 16 GiB; "device memory" is
  * host memory from malloc, 256-byte aligned; what is allocated is counted, so cuMemGetInfo's free
- * memory falls as the program allocates. Every entry point is thread-safe. */
+ * memory falls as the program allocates. Every entry point is thread-safe.
+ *
+ * Built twice (tests/CMakeLists.txt): STAND_IN_MINIMAL exports only the entry points listed above the
+ * marker below (what issue 34's separate check offers: a driver that lacks nearly everything); the full
+ * one adds the other ways programs get memory (pitch, managed, pinned host, pool, VMM handles). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -36,13 +40,15 @@ enum { CU_GET_PROC_ADDRESS_SUCCESS = 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1
 #define EXPORT __attribute__((visibility("default")))
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialised;
+static int initialised; /* read and written with __atomic builtins */
 static unsigned long long allocated;            /* bytes handed out, all devices */
 static const unsigned long long total = 16ull << 30;
 static char context_object;                     /* the one (primary) context's handle */
 
 /* Each allocation's size lives just before the address handed out. */
 enum { header = 256 };
+
+static int is_initialised(void) { return __atomic_load_n(&initialised, __ATOMIC_ACQUIRE); }
 
 static int device_count(void) {
   const char* n = getenv("STAND_IN_CUDA_DEVICES");
@@ -53,7 +59,7 @@ static int device_count(void) {
 static CUresult allocate(CUdeviceptr* out, size_t size) {
   if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
   *out = 0;
-  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   const int fits = size <= total - allocated;
@@ -73,7 +79,7 @@ static CUresult allocate(CUdeviceptr* out, size_t size) {
 }
 
 static CUresult release(CUdeviceptr ptr) {
-  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   if (ptr == 0) return CUDA_SUCCESS;
   char* block = (char*)(uintptr_t)ptr - header;
   size_t size = 0;
@@ -87,7 +93,7 @@ static CUresult release(CUdeviceptr ptr) {
 
 EXPORT CUresult cuInit(unsigned flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  initialised = 1;
+  __atomic_store_n(&initialised, 1, __ATOMIC_RELEASE);
   return CUDA_SUCCESS;
 }
 
@@ -99,14 +105,14 @@ EXPORT CUresult cuDriverGetVersion(int* version) {
 
 EXPORT CUresult cuDeviceGetCount(int* count) {
   if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   *count = device_count();
   return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   if (ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
   *device = ordinal;
   return CUDA_SUCCESS;
@@ -114,20 +120,20 @@ EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
 
 EXPORT CUresult cuCtxGetCurrent(CUcontext* context) {
   if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
-  *context = initialised ? (CUcontext)&context_object : NULL;
+  *context = is_initialised() ? (CUcontext)&context_object : NULL;
   return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
   if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   *device = 0;
   return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == NULL || total_bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&lock);
   *free_bytes = (size_t)(total - allocated);
   pthread_mutex_unlock(&lock);
@@ -145,6 +151,44 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
   (void)stream;
   return release(ptr);
 }
+
+#ifndef STAND_IN_MINIMAL
+/* ---- Only in the full stand-in ------------------------------------------------------------------ */
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* ptr, size_t* pitch, size_t width, size_t height, unsigned element) {
+  if (pitch == NULL || width == 0 || height == 0 || (element != 4 && element != 8 && element != 16))
+    return CUDA_ERROR_INVALID_VALUE;
+  *pitch = (width + 511) / 512 * 512;
+  return allocate(ptr, *pitch * height);
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr* ptr, size_t size, unsigned flags) {
+  (void)flags;
+  return allocate(ptr, size);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t size, void* pool, CUstream stream) {
+  (void)pool, (void)stream;
+  return allocate(ptr, size);
+}
+/* Pinned host memory is host memory that the device's free figure does not count. */
+EXPORT CUresult cuMemHostAlloc(void** ptr, size_t size, unsigned flags) {
+  (void)flags;
+  if (ptr == NULL || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
+  *ptr = malloc(size);
+  return *ptr != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuMemAllocHost_v2(void** ptr, size_t size) { return cuMemHostAlloc(ptr, size, 0); }
+EXPORT CUresult cuMemFreeHost(void* ptr) {
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
+  free(ptr);
+  return CUDA_SUCCESS;
+}
+/* A VMM handle is the address of the memory behind it (never mapped anywhere else here). */
+EXPORT CUresult cuMemCreate(unsigned long long* handle, size_t size, const void* prop, unsigned long long flags) {
+  if (handle == NULL || prop == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return allocate(handle, size);
+}
+EXPORT CUresult cuMemRelease(unsigned long long handle) { return release(handle); }
+#endif
 
 static const struct { CUresult code; const char* name; const char* text; } errors[] = {
     {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
@@ -188,6 +232,16 @@ static const struct { const char* name; void* fn; } table[] = {
     {"cuMemFreeAsync", (void*)cuMemFreeAsync},
     {"cuGetErrorName", (void*)cuGetErrorName},
     {"cuGetErrorString", (void*)cuGetErrorString},
+#ifndef STAND_IN_MINIMAL
+    {"cuMemAllocPitch", (void*)cuMemAllocPitch_v2},
+    {"cuMemAllocManaged", (void*)cuMemAllocManaged},
+    {"cuMemAllocFromPoolAsync", (void*)cuMemAllocFromPoolAsync},
+    {"cuMemHostAlloc", (void*)cuMemHostAlloc},
+    {"cuMemAllocHost", (void*)cuMemAllocHost_v2},
+    {"cuMemFreeHost", (void*)cuMemFreeHost},
+    {"cuMemCreate", (void*)cuMemCreate},
+    {"cuMemRelease", (void*)cuMemRelease},
+#endif
 };
 
 EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);

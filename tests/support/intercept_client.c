@@ -1,0 +1,143 @@
+/* intercept_client.c: a program that reaches the driver (the stand-in, stand_in_cuda.c) as real programs do,
+ * run by tests/unit/intercept_test.cpp under the interposer (LD_PRELOAD=libtracepool_intercept.so), with
+ * TRACEPOOL_REPORT naming its report. Each mode keeps some blocks (leaks, in functions named for the way
+ * they were got) and frees others:
+ *   runtime   dlopen("libcuda.so.1") and cuGetProcAddress_v2, as the CUDA runtime does; then the 11.3
+ *             resolver (cuGetProcAddress, 4 arguments) got from cuGetProcAddress itself; then dlsym
+ *   threads   8 threads, each 1000 allocations and frees of 64 KiB, each keeping 1 MiB at the end
+ *   fork      keeps 1 MiB, forks; the child allocates, frees and keeps 2 MiB, and exits; the parent waits
+ *   next      dlsym(RTLD_NEXT, ...) from a library loaded after the interposer still finds the next one
+ * Prints one line per step; exits 0 when every step went as the line says. Entry points the driver lacks
+ * (the minimal stand-in) are said and skipped. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int (*get_proc_fn)(const char*, void**, int, unsigned long long, int*);
+typedef int (*get_proc_legacy_fn)(const char*, void**, int, unsigned long long);
+typedef int (*init_fn)(unsigned);
+typedef int (*alloc_fn)(unsigned long long*, size_t);
+typedef int (*free_fn)(unsigned long long);
+typedef int (*alloc_async_fn)(unsigned long long*, size_t, void*);
+typedef int (*host_alloc_fn)(void**, size_t, unsigned);
+
+int tracepool_next_probe(void); /* next_probe.c: 1 when RTLD_NEXT found libc's function */
+
+static void* driver;
+static get_proc_fn get_proc;
+static alloc_fn mem_alloc;
+static free_fn mem_free;
+
+static void* entry(const char* name) {
+  void* fn = NULL;
+  int found = -1;
+  if (get_proc(name, &fn, 12000, 0, &found) != 0 || fn == NULL) printf("%s: not offered (status %d)\n", name, found);
+  return fn;
+}
+
+static int open_driver(void) {
+  driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == NULL) return printf("dlopen: %s\n", dlerror()), 1;
+  get_proc = (get_proc_fn)dlsym(driver, "cuGetProcAddress_v2");
+  if (get_proc == NULL) return printf("no cuGetProcAddress_v2\n"), 1;
+  init_fn init = (init_fn)entry("cuInit");
+  mem_alloc = (alloc_fn)entry("cuMemAlloc");
+  mem_free = (free_fn)entry("cuMemFree");
+  if (init == NULL || mem_alloc == NULL || mem_free == NULL || init(0) != 0) return printf("driver unusable\n"), 1;
+  return 0;
+}
+
+/* Noinline, so that each is a frame of its own in the report. */
+#define KEEP __attribute__((noinline))
+
+KEEP static int leak_through_runtime(void) {
+  unsigned long long kept = 0, freed = 0;
+  if (mem_alloc(&kept, 3u << 20) != 0 || mem_alloc(&freed, 4u << 20) != 0 || mem_free(freed) != 0) return 1;
+  alloc_async_fn alloc_async = (alloc_async_fn)entry("cuMemAllocAsync");
+  if (alloc_async != NULL && alloc_async(&kept, 1u << 20, NULL) != 0) return 1;
+  host_alloc_fn host_alloc = (host_alloc_fn)entry("cuMemHostAlloc");
+  void* pinned = NULL;
+  if (host_alloc != NULL && host_alloc(&pinned, 2u << 20, 0) != 0) return 1;
+  printf("runtime: kept 3 MiB%s%s\n", alloc_async != NULL ? ", 1 MiB async" : "", host_alloc != NULL ? ", 2 MiB pinned" : "");
+  return 0;
+}
+
+KEEP static int leak_through_legacy_resolver(void) {
+  void* fn = NULL;
+  if (get_proc("cuGetProcAddress", &fn, 11030, 0, NULL) != 0 || fn == NULL) return printf("no 11.3 resolver\n"), 1;
+  get_proc_legacy_fn legacy = (get_proc_legacy_fn)fn;
+  void* alloc = NULL;
+  if (legacy("cuMemAlloc", &alloc, 12000, 0) != 0 || alloc == NULL) return 1;
+  unsigned long long kept = 0;
+  if (((alloc_fn)alloc)(&kept, 5u << 20) != 0) return 1;
+  printf("legacy resolver: kept 5 MiB\n");
+  return 0;
+}
+
+KEEP static int leak_through_dlsym(void) {
+  alloc_fn alloc = (alloc_fn)dlsym(driver, "cuMemAlloc_v2");
+  unsigned long long kept = 0;
+  if (alloc == NULL || alloc(&kept, 6u << 20) != 0) return 1;
+  printf("dlsym: kept 6 MiB\n");
+  return 0;
+}
+
+static void* churn(void* arg) {
+  (void)arg;
+  for (int i = 0; i < 1000; ++i) {
+    unsigned long long p = 0;
+    if (mem_alloc(&p, 64u << 10) != 0 || mem_free(p) != 0) return (void*)1;
+  }
+  unsigned long long kept = 0;
+  return mem_alloc(&kept, 1u << 20) == 0 ? NULL : (void*)1;
+}
+
+static int threads(void) {
+  pthread_t t[8];
+  for (int i = 0; i < 8; ++i) pthread_create(&t[i], NULL, churn, NULL);
+  int failed = 0;
+  for (int i = 0; i < 8; ++i) {
+    void* r = NULL;
+    pthread_join(t[i], &r);
+    failed |= r != NULL;
+  }
+  printf("threads: %s\n", failed ? "failed" : "kept 8 MiB");
+  return failed;
+}
+
+KEEP static int leak_in_child(void) {
+  unsigned long long p = 0, kept = 0;
+  return mem_alloc(&p, 2u << 20) != 0 || mem_free(p) != 0 || mem_alloc(&kept, 2u << 20) != 0;
+}
+
+KEEP static int forked(void) {
+  unsigned long long kept = 0;
+  if (mem_alloc(&kept, 1u << 20) != 0) return 1;
+  fflush(stdout);
+  const pid_t child = fork();
+  if (child == 0) exit(leak_in_child());  /* exit, not _exit: the exit report is written at exit */
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return printf("fork failed\n"), 1;
+  printf("fork: child pid %d exited %d\n", (int)child, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "next") == 0) {
+    const int ok = tracepool_next_probe();
+    printf("RTLD_NEXT: %s\n", ok ? "the next library's" : "wrong");
+    return ok ? 0 : 1;
+  }
+  if (argc != 2 || open_driver() != 0) return 2;
+  if (strcmp(argv[1], "runtime") == 0)
+    return leak_through_runtime() || leak_through_legacy_resolver() || leak_through_dlsym();
+  if (strcmp(argv[1], "threads") == 0) return threads();
+  if (strcmp(argv[1], "fork") == 0) return forked();
+  fprintf(stderr, "usage: intercept_client runtime|threads|fork|next\n");
+  return 2;
+}
