@@ -194,10 +194,11 @@ void pools(std::string& out, const report& r, size_t top) {
   });
 }
 
-// What the device holds outside the pool that a runtime told of (Note [Observed memory]); "" for none.
+// What the device holds outside the pool that the interposer saw or a runtime told of (Note [Observed memory]); ""
+// for none.
 std::string observed_line(const device_summary& d) {
   if (d.observed_bytes == 0 && d.observed_host_bytes == 0) return "";
-  return "  seen outside the pool (tracepool_observe_alloc): " + human_bytes(d.observed_bytes) + " on the device, " +
+  return "  seen outside the pool (by the interposer, or told through tracepool_observe_alloc): " + human_bytes(d.observed_bytes) + " on the device, " +
          human_bytes(d.observed_host_bytes) + " pinned host; their sites are below, tagged by source\n";
 }
 

@@ -38,6 +38,10 @@
 # tests/gpu/peer_check.py (copies between the devices, classic and growable segments) and the ranks step.
 # Budget 420 s. The full run has these rows too; with one GPU the two-GPU ones skip.
 #
+# TRACEPOOL_GPU_STEPS=intercept runs instead the interposer's rows (issue 34, tests/gpu/intercept_check.py): the
+# Python package is built, then `run --intercept` over a CUDA C++ program, CuPy, PyTorch with and without the
+# plugin, and the cost of a cudaMalloc+cudaFree pair. Budget 500 s.
+#
 # TRACEPOOL_GPU_STEPS=torch_tests runs instead PyTorch's own allocator tests (issue 32): the Python package is
 # built, then tests/gpu/torch_own_tests.py runs each selected test of test_cuda.py and test_cuda_multigpu.py in a
 # process of its own, natively and under tracepool (section 2g). The test files are not in the repository:
@@ -59,7 +63,8 @@ LIB=$BUILD/capi/libtracepool.so
 STEPS=${TRACEPOOL_GPU_STEPS:-all}
 case $STEPS in
   all) budget_s=570 ;; capture | segments | torch_tests) budget_s=575 ;; growth) budget_s=400 ;; multi) budget_s=420 ;;
-  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth, segments, multi or torch_tests, not $STEPS" >&2; exit 2 ;;
+  intercept) budget_s=500 ;;
+  *) echo "TRACEPOOL_GPU_STEPS: all, capture, growth, segments, multi, torch_tests or intercept, not $STEPS" >&2; exit 2 ;;
 esac
 DEADLINE=$((SECONDS + ${TRACEPOOL_GPU_BUDGET_S:-$budget_s}))
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
@@ -118,7 +123,7 @@ fi
 # ---- 2. Build -------------------------------------------------------------------------------------
 { cmake --version | head -1; nvcc --version 2>&1 | tail -2; g++ --version | head -1; } >"$OUT/build.log" 2>&1
 t0=$SECONDS
-if [[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests ]]; then
+if [[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests || $STEPS == intercept ]]; then
   row SKIP "build" "TRACEPOOL_GPU_STEPS=$STEPS: the Python package alone"
 elif [[ ! -f CMakeLists.txt ]]; then
   row FAIL "build" "no CMakeLists.txt in $ROOT"
@@ -144,7 +149,7 @@ fi
 # Baseline plugins for the PyTorch checks (minimal exact-size cache; tracepool timed from outside).
 REF=$BUILD/reference_plugins.so
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-[[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests ]] ||
+[[ $STEPS == capture || $STEPS == segments || $STEPS == torch_tests || $STEPS == intercept ]] ||
   g++ -O2 -std=c++17 -shared -fPIC tests/gpu/reference_plugins.cpp -o "$REF" -Icapi/include -I"$CUDA_HOME/include" \
     -L"$CUDA_HOME/lib64" -lcudart -L"$BUILD/capi" -ltracepool -Wl,-rpath,"$BUILD/capi" >>"$OUT/build.log" 2>&1 ||
   echo "reference plugins did not build: the reference row will say so" >>"$OUT/build.log"
@@ -319,6 +324,26 @@ segments_step() {
 if [[ $STEPS == segments ]]; then
   wait_for_package
   if [[ $PY == python3 ]]; then row FAIL "segments bench" "no package to measure"; else segments_step; fi
+fi
+
+# ---- 2h. The interposer (issue 34; tests/gpu/intercept_check.py; TRACEPOOL_GPU_STEPS=intercept runs this alone) --
+# `run --intercept` over a CUDA C++ program (built with nvcc), CuPy's own pool, PyTorch's own allocator and
+# PyTorch with the plugin, each a process of its own; then cudaMalloc+cudaFree pairs with and without it.
+intercept_step() {
+  local t
+  t=$(budget 480 60)
+  printf '\n==== intercept_check.py (limit %s s, %s) ====\n' "$t" "$(date +%T)" >>"$OUT/torch.log"
+  if ((t == 0)); then row SKIP "intercept" "time budget spent"; return; fi
+  timeout -k 10 "$t" "$PY" tests/gpu/intercept_check.py "$WORK/intercept" $((t - 20)) >"$WORK/intercept.log" 2>&1
+  echo "==== exit status $?" >>"$WORK/intercept.log"
+  cat "$WORK/intercept.log" >>"$OUT/torch.log"
+  while IFS= read -r line; do ROWS+=("$line"); done < <(
+    grep -E '^(PASS|FAIL|SKIP|meets|misses|info)\|' "$WORK/intercept.log" || echo "FAIL|intercept|intercept_check.py printed no rows")
+}
+
+if [[ $STEPS == intercept ]]; then
+  wait_for_package
+  if [[ $PY == python3 ]]; then row FAIL "intercept" "no package to check"; else intercept_step; fi
 fi
 
 # append_log TITLE FILE: FILE's text into conformance.log under a header.

@@ -375,4 +375,4 @@ def test_memory_seen_outside_the_pool_is_on_its_device_card(page, demo, tmp_path
     html, _ = variant(demo, tmp_path, "observed", observed)
     drawn(page, html)
     card = texts(page, "#devices .card")[0]
-    assert "seen outside the pool (tracepool_observe_alloc): 3.00 MiB on the device, 1.00 MiB pinned host" in card, card
+    assert "seen outside the pool (by the interposer, or told through tracepool_observe_alloc): 3.00 MiB on the device, 1.00 MiB pinned host" in card, card

@@ -36,7 +36,11 @@ open in a browser, with a flame graph, a timeline and the tables). The exit stat
 
 The report lists the memory still held at the end by call site (the Python lines that allocated
 it), flags sites that grew at every tracepool.mark() as GROWING, lists blocks that outlived marks,
-and shows the cache: memory reserved but free, which nvidia-smi counts and no tensor holds."""
+and shows the cache: memory reserved but free, which nvidia-smi counts and no tensor holds.
+
+With --intercept, it also lists what the program took from the CUDA driver outside tracepool's pool
+(cudaMalloc and cuMemAlloc, NCCL's buffers, library workspaces, JAX's arena, pinned host memory), each
+at its lines and tagged "outside the pool: ENTRY POINT", and the device's summary counts it."""
 
 _RUN_EPILOG = """\
 examples:
@@ -46,7 +50,12 @@ examples:
   python -m tracepool run --html report.html train.py
   python -m tracepool report report.json
 
-Options come before the script (or -m module); everything after it is the program's."""
+  python -m tracepool run --intercept train.py
+  python -m tracepool run --intercept -o report.json -- ./my_cuda_program --size 1024
+
+Options come before the script (or -m module); everything after it is the program's.
+--intercept -- PROGRAM runs any executable: each of its processes that uses the CUDA driver writes a
+report at exit; the program's own is shown as a script's is."""
 
 _REPORT_DESCRIPTION = """\
 Render a report saved as JSON (by `run -o report.json`, tracepool.write_report("x.json") or
@@ -148,7 +157,8 @@ def _parser():
         description=_RUN_DESCRIPTION,
         epilog=_RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="%(prog)s [options] (script.py | -m module) [args ...]",
+        usage="%(prog)s [options] (script.py | -m module) [args ...]\n"
+        "       %(prog)s --intercept [options] -- PROGRAM [args ...]",
     )
     run.add_argument(
         "--conf",
@@ -203,6 +213,14 @@ def _parser():
         action="store_true",
         help="do not make tracepool Numba's CUDA memory manager (by default it becomes it when the program imports "
         "numba.cuda, unless NUMBA_CUDA_MEMORY_MANAGER names another)",
+    )
+    run.add_argument(
+        "--intercept",
+        action="store_true",
+        help="also record what the program takes from the CUDA driver outside tracepool's pool (cudaMalloc, NCCL, "
+        "library workspaces, JAX's arena, pinned host memory), at the lines that asked, by loading tracepool's "
+        "interposer with LD_PRELOAD; `--intercept -- PROGRAM ARGS` runs any program (a CUDA C++ binary, a shell "
+        "script) this way",
     )
     run.add_argument("-m", dest="module", metavar="module", help="run a module as `python -m module` would")
     run.add_argument("script", nargs="?", help="the Python file to run (unless -m is given)")
@@ -420,7 +438,14 @@ def _report_at_end(options, keep_alive=None):
     except (OSError, ValueError):
         pass  # the program closed or broke its stdout: the report goes to stderr or a file anyway
     holders = None if options.no_holders else tracepool._holder_answer(program_globals, program_name)
-    data = tracepool._tracepool.report("json", "exit", 0, False, holders)
+    return _show_report(options, tracepool._tracepool.report("json", "exit", 0, False, holders))
+
+
+def _show_report(options, data):
+    """The report `data` (the library's JSON) to stderr or --output, and to --html; 1 where one did not go where
+    asked."""
+    import tracepool
+
     status = 0
     if options.output is None:
         sys.stderr.write(tracepool._render(data, options.format or "text", options.top))
@@ -484,9 +509,26 @@ def _end_by_sigterm():
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _run_intercepted_program(options, program):
+    """`run --intercept -- PROGRAM ARGS`: any program under the interposer, its report shown as a script's."""
+    from tracepool import _intercept
+
+    if options.module is not None:
+        raise UsageError("run --intercept: -m runs a Python module and `--` a program: not both")
+    if not program:
+        raise UsageError("run --intercept --: name the program to run")
+    _check_outputs(options)
+    try:
+        return _intercept.run_program(program, options.conf, lambda data: _show_report(options, data))
+    except _intercept.InterceptError as e:
+        raise UsageError(str(e)) from None
+
+
 def _run(parser, argv):
     ours, program_args = _split_run_argv(argv)
     options = parser.parse_args(["run"] + ours)  # never holds the program: script and args are for --help
+    if options.intercept and len(ours) < len(argv) and argv[len(ours)] == "--":
+        return _run_intercepted_program(options, program_args)
     if options.module is None:
         if not program_args:
             raise UsageError("run: name a script to run, or -m module")
@@ -494,6 +536,13 @@ def _run(parser, argv):
     if options.module is None and not os.path.isfile(options.script):
         raise UsageError("run: no such file: %s" % options.script)
     _check_outputs(options)
+    if options.intercept:
+        from tracepool import _intercept
+
+        try:
+            _intercept.restart_under_interposer(argv)  # returns once it is loaded here
+        except _intercept.InterceptError as e:
+            raise UsageError(str(e)) from None
     _install(options)
     if options.module is not None:  # after _install: finding a submodule imports its packages
         try:

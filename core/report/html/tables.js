@@ -43,7 +43,7 @@ function deviceCard(r, ri, d) {
       (d.segments ? "; segments: " + d.segments : "") }));
   }
   if (d.observed_bytes || d.observed_host_bytes) {  // Note [Observed memory] in core/observed.h
-    card.append(el("p", { text: "seen outside the pool (tracepool_observe_alloc): " + bytes(d.observed_bytes || 0) +
+    card.append(el("p", { text: "seen outside the pool (by the interposer, or told through tracepool_observe_alloc): " + bytes(d.observed_bytes || 0) +
       " on the device, " + bytes(d.observed_host_bytes || 0) + " pinned host; their sites are in the tables, tagged by source" }));
   }
   if (used) {

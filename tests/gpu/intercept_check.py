@@ -1,0 +1,227 @@
+"""The interposer on the GPU (issue 34; tests/gpu/run.sh with TRACEPOOL_GPU_STEPS=intercept runs it):
+`python -m tracepool run --intercept` over programs that know nothing of tracepool, each a process of its own.
+
+  python tests/gpu/intercept_check.py WORKDIR [BUDGET_S]
+
+prints one summary row per check ("STATUS|step|detail") and, before them, each run's output:
+  - a CUDA C++ program (tests/gpu/intercept_leak.cu, built here with nvcc, static and shared cudart): its
+    cudaMalloc, cudaMallocHost, cudaMallocManaged, cudaMallocAsync and cuMemCreate leaks at their functions;
+    the 100 buffers it freed gone; the driver's figure split into what was seen and the rest;
+  - CuPy with its own pool (no tracepool hook): the pool's memory at the Python line that grew it;
+  - PyTorch with its own allocator (no plugin): its segments at the line that grew its cache;
+  - PyTorch with tracepool's plugin: the pool counted once (never again as "outside"), and the split of
+    the driver's figure: pool / seen outside by source / the rest (context, modules);
+  - cost: cudaMalloc + cudaFree pairs with and without the interposer (call sites on), rounds interleaved,
+    medians; the target is at most +1 us a pair.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1 << 20
+DEADLINE = None
+
+
+def left():
+    return DEADLINE - time.monotonic()
+
+
+def sh(args, timeout=120, env=None, cwd=None):
+    """Runs `args`; its output goes to our stdout (the log). Returns (exit status, stdout)."""
+    t = max(5, min(timeout, left() - 5))
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=t, env=env, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        print("$ %s\n  timed out after %.0f s" % (" ".join(map(str, args)), t))
+        return 124, ""
+    print("$ %s\n  exit %d\n%s%s" % (" ".join(map(str, args)), p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    return p.returncode, p.stdout
+
+
+def intercepted(work, name, program, extra=()):
+    """`run --intercept -o NAME.json [extra] PROGRAM...`; (status, the report or None, stdout)."""
+    out = os.path.join(work, name + ".json")
+    if os.path.exists(out):
+        os.unlink(out)
+    rc, stdout = sh([sys.executable, "-m", "tracepool", "run", "--intercept", "--no-holders", "-o", out, *extra, *program],
+                    timeout=180)
+    report = json.load(open(out)) if os.path.exists(out) else None
+    return rc, report, stdout
+
+
+def site_bytes(report, function, tag):
+    """Bytes live at the sites whose stack names `function` and whose innermost tag is `tag`."""
+    return sum(e["bytes"] for e in report["leaks"]
+               if e["tags"][-1:] == [tag] and any(function in f["function"] for f in e["frames"]))
+
+
+def split(report):
+    """The driver's figure for device 0: (used, pool, seen outside, rest) in bytes."""
+    d = report["devices"][0]
+    used, outside = d.get("used_bytes") or 0, d.get("outside_bytes") or 0
+    return used, used - outside, d["observed_bytes"], outside - d["observed_bytes"]
+
+
+def split_words(report):
+    used, pool, seen, rest = split(report)
+    return "driver %.0f MiB = pool %.0f + seen outside %.0f + rest (context, modules) %.0f" % (
+        used / MiB, pool / MiB, seen / MiB, rest / MiB)
+
+
+def expect(rows, step, checks, detail):
+    bad = [what for what, ok in checks if not ok]
+    rows.append("%s|%s|%s" % ("FAIL" if bad else "PASS", step, ("wrong: " + "; ".join(bad) + "; ") if bad else "") + detail)
+
+
+def cuda_rows(work, rows):
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    source = os.path.join(HERE, "intercept_leak.cu")
+    built = {}
+    for cudart in ("static", "shared"):
+        exe = os.path.join(work, "leak_" + cudart)
+        rc, _ = sh([nvcc, "-g", "-O2", "-std=c++17", "-cudart", cudart, "-o", exe, source, "-lcuda"], timeout=240)
+        if rc != 0:
+            rows.append("FAIL|intercept: CUDA C++ (%s cudart)|nvcc failed (exit %d), see the log" % (cudart, rc))
+            continue
+        built[cudart] = exe
+        rc, report, stdout = intercepted(work, "cuda_" + cudart, ["--", exe, "leak"])
+        if report is None:
+            rows.append("FAIL|intercept: CUDA C++ (%s cudart)|exit %d, no report" % (cudart, rc))
+            continue
+        driver_used = int(stdout.split("used_bytes ")[1].split()[0]) if "used_bytes " in stdout else 0
+        wants = [("load_table", "outside the pool: cuMemAlloc", 64), ("pinned_staging", "pinned host: cuMemHostAlloc", 16),
+                 ("managed_buffer", "outside the pool: cuMemAllocManaged", 8),
+                 ("async_buffer", "outside the pool: cuMemAllocAsync", 32), ("vmm_chunk", "outside the pool: cuMemCreate", 4)]
+        checks = [("exit %d" % rc, rc == 0)]
+        checks += [("%s %s: %.1f MiB, not %d" % (f, tag, site_bytes(report, f, tag) / MiB, mib),
+                    site_bytes(report, f, tag) == mib * MiB) for f, tag, mib in wants]
+        checks.append(("scratch_loop's freed buffers still live", site_bytes(report, "scratch_loop", "outside the pool: cuMemAlloc") == 0))
+        expect(rows, "intercept: CUDA C++ (%s cudart)" % cudart, checks,
+               "5 leaks at their functions (64 MiB cudaMalloc, 16 pinned, 8 managed, 32 async, 4 cuMemCreate), 100 frees "
+               "gone; %s; the program saw %.0f MiB used" % (split_words(report), driver_used / MiB))
+    return built.get("static")
+
+
+CUPY_SCRIPT = """
+import cupy as cp
+def make_batches(n):
+    return [cp.ones((64, 1024, 1024), dtype=cp.float32) for _ in range(n)]  # 256 MiB each
+kept = make_batches(3)
+scratch = cp.ones((32, 1024, 1024), dtype=cp.float32)
+del scratch  # back to CuPy's pool, which keeps it: still held from the driver
+cp.cuda.Device().synchronize()
+"""
+
+TORCH_NATIVE_SCRIPT = """
+import torch
+def grow_cache():
+    return [torch.empty(256 << 20, dtype=torch.uint8, device="cuda") for _ in range(4)]
+kept = grow_cache()
+torch.cuda.synchronize()
+print("reserved_bytes", torch.cuda.memory_reserved())
+"""
+
+TORCH_PLUGIN_SCRIPT = """
+import torch
+def model_weights():
+    return torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+w = model_weights()
+a = torch.randn(4096, 4096, device="cuda")
+b = a @ a
+c = torch.nn.functional.conv2d(torch.randn(8, 3, 224, 224, device="cuda"), torch.randn(64, 3, 7, 7, device="cuda"))
+torch.cuda.synchronize()
+free, total = torch.cuda.mem_get_info()
+print("used_bytes", total - free)
+"""
+
+
+def python_rows(work, rows):
+    scripts = {"cupy": CUPY_SCRIPT, "torch_native": TORCH_NATIVE_SCRIPT, "torch_plugin": TORCH_PLUGIN_SCRIPT}
+    for name, text in scripts.items():
+        with open(os.path.join(work, name + ".py"), "w") as f:
+            f.write(text)
+    no_hooks = ["--no-torch", "--no-cupy", "--no-numba"]
+
+    rc, report, _ = intercepted(work, "cupy", no_hooks + [os.path.join(work, "cupy.py")])
+    if report is None:
+        rows.append("FAIL|intercept: CuPy's own pool|exit %d, no report" % rc)
+    else:
+        got = site_bytes(report, "make_batches", "outside the pool: cuMemAlloc")
+        expect(rows, "intercept: CuPy's own pool", [("exit %d" % rc, rc == 0),
+                                                  ("make_batches %.0f MiB, not 768" % (got / MiB), got == 768 * MiB)],
+               "768 MiB at make_batches (3 arrays through CuPy's pool); %s" % split_words(report))
+
+    rc, report, stdout = intercepted(work, "torch_native", no_hooks + [os.path.join(work, "torch_native.py")])
+    if report is None:
+        rows.append("FAIL|intercept: PyTorch's own allocator|exit %d, no report" % rc)
+    else:
+        reserved = int(stdout.split("reserved_bytes ")[1].split()[0]) if "reserved_bytes " in stdout else -1
+        got = site_bytes(report, "grow_cache", "outside the pool: cuMemAlloc")
+        expect(rows, "intercept: PyTorch's own allocator", [
+            ("exit %d" % rc, rc == 0), ("grow_cache %.0f MiB, PyTorch reserved %.0f" % (got / MiB, reserved / MiB),
+                                        got == reserved and got >= 1024 * MiB)],
+               "its segments at grow_cache: %.0f MiB (= torch.cuda.memory_reserved()); %s" % (got / MiB, split_words(report)))
+
+    rc, report, stdout = intercepted(work, "torch_plugin", [os.path.join(work, "torch_plugin.py")])
+    if report is None:
+        rows.append("FAIL|intercept: PyTorch + tracepool's plugin|exit %d, no report" % rc)
+    else:
+        used, pool, seen, rest = split(report)
+        sources = {}
+        for e in report["leaks"]:
+            if e["tags"] and e["tags"][-1].startswith(("outside the pool: ", "pinned host: ")):
+                sources[e["tags"][-1]] = sources.get(e["tags"][-1], 0) + e["bytes"]
+        weights = site_bytes(report, "model_weights", "outside the pool: cuMemAlloc")
+        expect(rows, "intercept: PyTorch + tracepool's plugin", [
+            ("exit %d" % rc, rc == 0), ("pool %.0f MiB < 512" % (pool / MiB), pool >= 512 * MiB),
+            ("the pool's weights counted outside as well", weights == 0), ("seen outside %.0f MiB > 64" % (seen / MiB), seen < 64 * MiB)],
+               "pool counted once; %s; outside by source: %s" % (
+                   split_words(report), ", ".join("%s %.1f MiB" % (k, v / MiB) for k, v in sorted(sources.items())) or "none"))
+
+
+def cost_rows(exe, work, rows):
+    library = subprocess.run([sys.executable, "-c", "from tracepool import _intercept; print(_intercept.library_path())"],
+                             capture_output=True, text=True).stdout.strip()
+    pairs = 3000
+    native, intercepted_ns = [], []
+    env = dict(os.environ)
+    env.pop("TRACEPOOL_REPORT", None)
+    preload = dict(env, LD_PRELOAD=library)
+    for round_ in range(5):
+        if left() < 30:
+            break
+        for name, e in (("native", env), ("intercept", preload)) if round_ % 2 == 0 else (("intercept", preload), ("native", env)):
+            rc, out = sh([exe, "bench", str(pairs)], env=e, timeout=60)
+            if rc == 0 and "ns_per_pair " in out:
+                (native if name == "native" else intercepted_ns).append(float(out.split("ns_per_pair ")[1].split()[0]))
+    if len(native) < 3 or len(intercepted_ns) < 3:
+        rows.append("SKIP|intercept: cudaMalloc+cudaFree cost|too few rounds (%d, %d)" % (len(native), len(intercepted_ns)))
+        return
+    n, i = statistics.median(native), statistics.median(intercepted_ns)
+    rows.append("%s|intercept: cudaMalloc+cudaFree cost|+%.2f us a pair with call sites (target <= +1 us): median %.2f us "
+                "native, %.2f intercepted, %d rounds interleaved of %d pairs of 1 MiB; spread native %.2f-%.2f, "
+                "intercepted %.2f-%.2f" % ("meets" if i - n <= 1000 else "misses", (i - n) / 1000, n / 1000, i / 1000,
+                                           len(native), pairs, min(native) / 1000, max(native) / 1000,
+                                           min(intercepted_ns) / 1000, max(intercepted_ns) / 1000))
+
+
+def main():
+    global DEADLINE
+    work = sys.argv[1]
+    DEADLINE = time.monotonic() + (float(sys.argv[2]) if len(sys.argv) > 2 else 400)
+    os.makedirs(work, exist_ok=True)
+    rows = []
+    exe = cuda_rows(work, rows)
+    python_rows(work, rows)
+    if exe is not None:
+        cost_rows(exe, work, rows)
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
