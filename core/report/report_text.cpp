@@ -5,6 +5,7 @@
 // was sent): each is shown through printable() (Note [Printable text] in base/printable.h) and joined
 // to the text as a std::string, never through printf_string's "%s", which would stop at a NUL and at
 // its buffer's end.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
@@ -368,13 +369,20 @@ std::string to_text(const report& r, size_t top) {
     out += in_pools == 0 ? "\n" : "; " + human_bytes(in_pools) + " reserved by private pools\n";
     out += fragmentation_line(d);
     out += observed_line(d);
-    if (d.total_bytes > 0)  // Note [Where the memory went]
+    if (d.total_bytes > 0 && d.observed_bytes == 0)  // Note [Where the memory went]
       out += printf_string(
           "  the driver counts %s of %s used (what nvidia-smi shows): %s reserved by tracepool, %s outside it "
           "(the CUDA context, libraries' own allocations such as cuBLAS/cuDNN workspaces and NCCL buffers, other "
           "processes)\n",
           human_bytes(d.used_bytes).c_str(), human_bytes(d.total_bytes).c_str(),
           human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(outside_bytes(d)).c_str());
+    else if (d.total_bytes > 0)  // the interposer saw (some of) the rest: what it did not see is what is left
+      out += printf_string(
+          "  the driver counts %s of %s used (what nvidia-smi shows): %s reserved by tracepool, %s seen outside it "
+          "(below, by source), %s not seen (kernels loaded lazily, the driver's own, other processes)\n",
+          human_bytes(d.used_bytes).c_str(), human_bytes(d.total_bytes).c_str(),
+          human_bytes(t.at(stat_kind::reserved_bytes, all_pools).current).c_str(), human_bytes(d.observed_bytes).c_str(),
+          human_bytes(std::max<int64_t>(0, outside_bytes(d) - d.observed_bytes)).c_str());
     if (d.total_bytes > 0) out += by_process(r, d);
   }
 

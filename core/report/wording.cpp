@@ -80,6 +80,7 @@ bool is_library(const frame_info& f) {
 bool is_launcher(const frame_info& f) {
   const std::string& p = f.file;
   return f.script && (p.rfind("<frozen ", 0) == 0 || ends_with(p, "/runpy.py") || ends_with(p, "/tracepool/_cli.py") ||
+                      ends_with(p, "/tracepool/_run.py") ||
                       ends_with(p, "/tracepool/__main__.py"));
 }
 

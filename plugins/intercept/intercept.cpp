@@ -63,7 +63,20 @@
   X(cuMemAllocHost_v2)             \
   X(cuMemFreeHost)                 \
   X(cuMemCreate)                   \
-  X(cuMemRelease)
+  X(cuMemRelease)                  \
+  X(cuDevicePrimaryCtxRetain)      \
+  X(cuDevicePrimaryCtxRelease_v2)  \
+  X(cuCtxCreate_v2)                \
+  X(cuCtxCreate_v4)                \
+  X(cuCtxDestroy_v2)               \
+  X(cuModuleLoad)                  \
+  X(cuModuleLoadData)              \
+  X(cuModuleLoadDataEx)            \
+  X(cuModuleLoadFatBinary)         \
+  X(cuModuleUnload)                \
+  X(cuLibraryLoadData)             \
+  X(cuLibraryLoadFromFile)         \
+  X(cuLibraryUnload)
 
 #define TRACEPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -72,6 +85,7 @@ TRACEPOOL_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int v
 TRACEPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* ptr, size_t size, CUstream stream);
 TRACEPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, size_t size, CUmemoryPool pool, CUstream stream);
 TRACEPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream);
+TRACEPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device);  // CUDA 3.2's ABI
 
 namespace {
 
@@ -104,15 +118,20 @@ int entry_of(const char* name) {
 
 using dlsym_fn = void* (*)(void*, const char*) noexcept;
 
-// glibc's dlsym, under the version a program built today binds to, else the older ones.
+// glibc's dlsym, under the version a program built today binds to, else the older ones. No function-local
+// static: a sanitizer's runtime calls our dlsym as it starts, before it can serve the guard of one.
+std::atomic<dlsym_fn> glibc_dlsym{nullptr};
+
 dlsym_fn real_dlsym() noexcept {
-  static const dlsym_fn found = [] {
-    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"})
-      if (void* p = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<dlsym_fn>(p);
-    std::fprintf(stderr, "tracepool: intercept: glibc's dlsym cannot be found; nothing works from here\n");
-    std::abort();
-  }();
-  return found;
+  if (dlsym_fn found = glibc_dlsym.load(std::memory_order_acquire)) return found;
+  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+    if (void* p = dlvsym(RTLD_NEXT, "dlsym", version)) {
+      glibc_dlsym.store(reinterpret_cast<dlsym_fn>(p), std::memory_order_release);
+      return reinterpret_cast<dlsym_fn>(p);
+    }
+  }
+  std::fprintf(stderr, "tracepool: intercept: glibc's dlsym cannot be found; nothing works from here\n");
+  std::abort();
 }
 
 void* driver_library() {
@@ -220,6 +239,68 @@ void gone(const void* ptr) {
 }
 
 const void* as_pointer(CUdeviceptr p) { return reinterpret_cast<const void*>(static_cast<uintptr_t>(p)); }
+
+// ---- Note [Context memory] ----------------------------------------------------------------------------
+// A context and the modules loaded into it take device memory that no allocation entry point hands out:
+// about 520 MiB for a context on an H100, more as libraries' kernels load. A call that makes one (a
+// context's creation, a module's or library's load) is measured: the device's used bytes before and after
+// it (tracepool_mem_get_info: NVML where the process has no context yet, so measuring makes none), and
+// what it took is recorded as observed memory at the line that made the call, under the context's or
+// module's handle, until its release. The figure is the whole device's, so another process allocating at
+// that moment is counted in; growth smaller than the driver's 2 MiB pages shows as nothing. Kernels that
+// lazy loading (CUDA_MODULE_LOADING=LAZY, the default) loads at their first launch are not measured: they
+// stay in the report's unexplained rest.
+
+// The device's used bytes, or SIZE_MAX where they cannot be told (the caller records nothing then): the
+// driver's own count where this thread's current context is on `device`, else tracepool's (NVML where the
+// process has no context there).
+size_t used_on(int device) {
+  static const auto get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(driver_symbol("cuCtxGetCurrent"));
+  static const auto get_device = reinterpret_cast<PFN_cuCtxGetDevice_v2000>(driver_symbol("cuCtxGetDevice"));
+  static const auto get_info = reinterpret_cast<PFN_cuMemGetInfo_v3020>(driver_symbol("cuMemGetInfo_v2"));
+  CUcontext current = nullptr;
+  CUdevice on = -1;
+  size_t free_bytes = 0, total = 0;
+  if (get_current != nullptr && get_device != nullptr && get_info != nullptr && get_current(&current) == CUDA_SUCCESS &&
+      current != nullptr && get_device(&on) == CUDA_SUCCESS && on == device)
+    return get_info(&free_bytes, &total) == CUDA_SUCCESS && free_bytes <= total ? total - free_bytes : SIZE_MAX;
+  tracepool_t* tp = instance();
+  if (tp == nullptr || tracepool_mem_get_info(tp, device, &free_bytes, &total) != TRACEPOOL_OK || free_bytes > total)
+    return SIZE_MAX;
+  return total - free_bytes;
+}
+
+// Measures what a call took on one device: made before the call, recorded by took() after it.
+struct measure {
+  int device = -1;
+  size_t before = SIZE_MAX;
+
+  explicit measure(int on) {  // -1: measures nothing
+    if (recording || on < 0) return;
+    recording = true;
+    device = on;
+    before = used_on(on);
+    recording = false;
+  }
+  // `current`: a context to make current while measuring (a primary context just made, which nothing has
+  // made current yet), so that the driver's own count is read and tracepool retains nothing.
+  void took(CUresult r, const void* handle, const char* source, CUcontext current = nullptr) const {
+    if (r != CUDA_SUCCESS || handle == nullptr || before == SIZE_MAX || recording) return;
+    static const auto push = reinterpret_cast<PFN_cuCtxPushCurrent_v4000>(driver_symbol("cuCtxPushCurrent_v2"));
+    static const auto pop = reinterpret_cast<PFN_cuCtxPopCurrent_v4000>(driver_symbol("cuCtxPopCurrent_v2"));
+    recording = true;
+    const bool pushed = current != nullptr && push != nullptr && pop != nullptr && push(current) == CUDA_SUCCESS;
+    const size_t after = used_on(device);
+    CUcontext popped = nullptr;
+    if (pushed) (void)pop(&popped);
+    recording = false;
+    if (after != SIZE_MAX && after > before) seen(handle, after - before, device, TRACEPOOL_OBSERVED_DEVICE, source);
+  }
+};
+
+// The primary context of each device that was recorded, so that its last release can forget it.
+constexpr int most_devices = 64;
+std::atomic<const void*> primary_contexts[most_devices];
 
 }  // namespace
 
@@ -383,4 +464,104 @@ TRACEPOOL_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   TRACEPOOL_REAL(cuMemRelease);
   gone(reinterpret_cast<const void*>(static_cast<uintptr_t>(handle)));
   return driver(handle);
+}
+
+// ---- Contexts and modules (Note [Context memory]) ----------------------------------------------------------
+
+// Whether `device`'s primary context is active (retained by someone); -1 where the driver cannot say.
+int primary_active(CUdevice device) {
+  static const auto state = reinterpret_cast<PFN_cuDevicePrimaryCtxGetState_v7000>(driver_symbol("cuDevicePrimaryCtxGetState"));
+  unsigned int flags = 0;
+  int active = 0;
+  return state != nullptr && state(device, &flags, &active) == CUDA_SUCCESS ? active != 0 : -1;
+}
+
+// Only the retain that makes the primary context is measured; later ones (a reference more) take nothing.
+TRACEPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+  TRACEPOOL_REAL(cuDevicePrimaryCtxRetain);
+  const bool makes = primary_active(device) == 0 && device >= 0 && device < most_devices;
+  const measure m(makes ? device : -1);
+  const CUresult r = driver(context, device);
+  if (makes && r == CUDA_SUCCESS && context != nullptr) {
+    m.took(r, *context, "CUDA context (primary)", *context);
+    primary_contexts[device].store(*context);
+  }
+  return r;
+}
+
+// The primary context goes when its last retain is released: then what it took is gone.
+TRACEPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  TRACEPOOL_REAL(cuDevicePrimaryCtxRelease_v2);
+  const CUresult r = driver(device);
+  if (r == CUDA_SUCCESS && device >= 0 && device < most_devices && primary_active(device) == 0)
+    gone(primary_contexts[device].exchange(nullptr));
+  return r;
+}
+
+TRACEPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device) {
+  TRACEPOOL_REAL(cuCtxCreate_v2);
+  const measure m(device);
+  const CUresult r = driver(context, flags, device);
+  if (context != nullptr) m.took(r, *context, "CUDA context (cuCtxCreate)");
+  return r;
+}
+
+TRACEPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* context, CUctxCreateParams* params, unsigned int flags, CUdevice device) {
+  TRACEPOOL_REAL(cuCtxCreate_v4);
+  const measure m(device);
+  const CUresult r = driver(context, params, flags, device);
+  if (context != nullptr) m.took(r, *context, "CUDA context (cuCtxCreate)");
+  return r;
+}
+
+TRACEPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext context) {
+  TRACEPOOL_REAL(cuCtxDestroy_v2);
+  gone(context);
+  return driver(context);
+}
+
+#define TRACEPOOL_LOAD(name, handle, ...)             \
+  TRACEPOOL_REAL(name);                               \
+  const measure m(current_device());                  \
+  const CUresult r = driver(handle, __VA_ARGS__);     \
+  if (handle != nullptr) m.took(r, *handle, "module (" #name ")"); \
+  return r
+
+TRACEPOOL_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* path) { TRACEPOOL_LOAD(cuModuleLoad, module, path); }
+
+TRACEPOOL_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  TRACEPOOL_LOAD(cuModuleLoadData, module, image);
+}
+
+TRACEPOOL_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int count, CUjit_option* options,
+                                             void** values) {
+  TRACEPOOL_LOAD(cuModuleLoadDataEx, module, image, count, options, values);
+}
+
+TRACEPOOL_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* image) {
+  TRACEPOOL_LOAD(cuModuleLoadFatBinary, module, image);
+}
+
+TRACEPOOL_EXPORT CUresult cuModuleUnload(CUmodule module) {
+  TRACEPOOL_REAL(cuModuleUnload);
+  gone(module);
+  return driver(module);
+}
+
+TRACEPOOL_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jit_options,
+                                            void** jit_values, unsigned int jit_count, CUlibraryOption* options,
+                                            void** values, unsigned int count) {
+  TRACEPOOL_LOAD(cuLibraryLoadData, library, code, jit_options, jit_values, jit_count, options, values, count);
+}
+
+TRACEPOOL_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* path, CUjit_option* jit_options,
+                                                void** jit_values, unsigned int jit_count, CUlibraryOption* options,
+                                                void** values, unsigned int count) {
+  TRACEPOOL_LOAD(cuLibraryLoadFromFile, library, path, jit_options, jit_values, jit_count, options, values, count);
+}
+
+TRACEPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
+  TRACEPOOL_REAL(cuLibraryUnload);
+  gone(library);
+  return driver(library);
 }

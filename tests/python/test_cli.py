@@ -142,7 +142,7 @@ def test_an_exception_prints_its_traceback_then_the_report_and_exits_1(leaker, t
     traceback, report = done.stderr.split("== tracepool report (exit)")
     assert 'Traceback (most recent call last):\n  File "%s"' % script in traceback
     assert traceback.endswith("ValueError: boom\n")
-    assert "runpy" not in traceback and "_cli.py" not in traceback
+    assert "runpy" not in traceback and "_cli.py" not in traceback and "_run.py" not in traceback
     # What the failed program still held (its globals) is still held when the report is made.
     assert "at leak (%s:%d)" % (script, line_of(script, "# LEAK")) in report
 

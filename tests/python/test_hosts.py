@@ -421,13 +421,13 @@ def test_after_import_survives_a_find_spec_first_and_keeps_the_real_loader(run_p
 def test_run_reports_a_failed_cupy_install_and_the_import_still_works(monkeypatch, capsys):
     _host("cupy")
     import tracepool.cupy
-    from tracepool import _cli
+    from tracepool import _run
 
     def broken():
         raise TypeError("a CuPy this tracepool does not know")
 
     monkeypatch.setattr(tracepool.cupy, "install", broken)
-    _cli._install_cupy(None)  # what the import hook calls: must not raise into `import cupy`
+    _run._install_cupy(None)  # what the import hook calls: must not raise into `import cupy`
     assert "tracepool: CuPy left with its own allocator (TypeError: a CuPy this tracepool does not know)" in (
         capsys.readouterr().err)
 

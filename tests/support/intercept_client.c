@@ -6,6 +6,8 @@
  *             resolver (cuGetProcAddress, 4 arguments) got from cuGetProcAddress itself; then dlsym
  *   threads   8 threads, each 1000 allocations and frees of 64 KiB, each keeping 1 MiB at the end
  *   fork      keeps 1 MiB, forks; the child allocates, frees and keeps 2 MiB, and exits; the parent waits
+ *   modules   retains the primary context twice (make_context), loads two modules and unloads one
+ *             (load_kernels); with "release" after it, releases the context twice: it is gone
  *   next      dlsym(RTLD_NEXT, ...) from a library loaded after the interposer still finds the next one
  * Prints one line per step; exits 0 when every step went as the line says. Entry points the driver lacks
  * (the minimal stand-in) are said and skipped. */
@@ -127,17 +129,48 @@ KEEP static int forked(void) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
+typedef int (*retain_fn)(void**, int);
+typedef int (*release_fn)(int);
+typedef int (*load_fn)(void**, const void*);
+typedef int (*unload_fn)(void*);
+
+KEEP static int make_context(void) {
+  retain_fn retain = (retain_fn)entry("cuDevicePrimaryCtxRetain");
+  void *first = NULL, *second = NULL;
+  if (retain == NULL || retain(&first, 0) != 0 || retain(&second, 0) != 0 || first != second) return 1;
+  printf("modules: context retained twice\n");
+  return 0;
+}
+
+KEEP static int load_kernels(void) {
+  load_fn load = (load_fn)entry("cuModuleLoadData");
+  unload_fn unload = (unload_fn)entry("cuModuleUnload");
+  static const char image[] = "a fatbin";
+  void *kept = NULL, *dropped = NULL;
+  if (load == NULL || unload == NULL || load(&kept, image) != 0 || load(&dropped, image) != 0 || unload(dropped) != 0)
+    return 1;
+  printf("modules: one module kept\n");
+  return 0;
+}
+
+static int release_context(void) {
+  release_fn release = (release_fn)entry("cuDevicePrimaryCtxRelease");
+  return release == NULL || release(0) != 0 || release(0) != 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "next") == 0) {
     const int ok = tracepool_next_probe();
     printf("RTLD_NEXT: %s\n", ok ? "the next library's" : "wrong");
     return ok ? 0 : 1;
   }
-  if (argc != 2 || open_driver() != 0) return 2;
+  if (argc < 2 || argc > 3 || open_driver() != 0) return 2;
+  if (strcmp(argv[1], "modules") == 0)
+    return make_context() || load_kernels() || (argc == 3 && strcmp(argv[2], "release") == 0 && release_context());
   if (strcmp(argv[1], "runtime") == 0)
     return leak_through_runtime() || leak_through_legacy_resolver() || leak_through_dlsym();
   if (strcmp(argv[1], "threads") == 0) return threads();
   if (strcmp(argv[1], "fork") == 0) return forked();
-  fprintf(stderr, "usage: intercept_client runtime|threads|fork|next\n");
+  fprintf(stderr, "usage: intercept_client runtime|threads|fork|modules [release]|next\n");
   return 2;
 }

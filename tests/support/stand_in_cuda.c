@@ -12,7 +12,8 @@
  *
  * Built twice (tests/CMakeLists.txt): STAND_IN_MINIMAL exports only the entry points listed above the
  * marker below (what issue 34's separate check offers: a driver that lacks nearly everything); the full
- * one adds the other ways programs get memory (pitch, managed, pinned host, pool, VMM handles). */
+ * one adds the other ways programs get memory (pitch, managed, pinned host, pool, VMM handles), and the
+ * primary context and modules, which take device memory of their own. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -188,6 +189,53 @@ EXPORT CUresult cuMemCreate(unsigned long long* handle, size_t size, const void*
   return allocate(handle, size);
 }
 EXPORT CUresult cuMemRelease(unsigned long long handle) { return release(handle); }
+
+/* The primary context takes 96 MiB of the device while retained; a module 4 MiB while loaded (its handle is
+ * the address of that memory). */
+enum { context_bytes = 96 << 20, module_bytes = 4 << 20 };
+static int primary_refs; /* under lock */
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+  if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&lock);
+  const int fits = primary_refs > 0 || context_bytes <= total - allocated;
+  if (fits && primary_refs++ == 0) allocated += context_bytes;
+  pthread_mutex_unlock(&lock);
+  if (!fits) return CUDA_ERROR_OUT_OF_MEMORY;
+  *context = (CUcontext)&context_object;
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&lock);
+  if (primary_refs > 0 && --primary_refs == 0) allocated -= context_bytes;
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned* flags, int* active) {
+  if (flags == NULL || active == NULL || device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  *active = primary_refs > 0;
+  pthread_mutex_unlock(&lock);
+  *flags = 0;
+  return CUDA_SUCCESS;
+}
+/* One context, always current once initialised: pushing and popping change nothing. */
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext context) { return context != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* context) {
+  if (context != NULL) *context = (CUcontext)&context_object;
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuModuleLoadData(void** module, const void* image) {
+  if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr memory = 0;
+  const CUresult r = allocate(&memory, module_bytes);
+  *module = r == CUDA_SUCCESS ? (void*)(uintptr_t)memory : NULL;
+  return r;
+}
+EXPORT CUresult cuModuleUnload(void* module) { return release((CUdeviceptr)(uintptr_t)module); }
 #endif
 
 static const struct { CUresult code; const char* name; const char* text; } errors[] = {
@@ -241,6 +289,13 @@ static const struct { const char* name; void* fn; } table[] = {
     {"cuMemFreeHost", (void*)cuMemFreeHost},
     {"cuMemCreate", (void*)cuMemCreate},
     {"cuMemRelease", (void*)cuMemRelease},
+    {"cuDevicePrimaryCtxRetain", (void*)cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", (void*)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxGetState", (void*)cuDevicePrimaryCtxGetState},
+    {"cuCtxPushCurrent", (void*)cuCtxPushCurrent_v2},
+    {"cuCtxPopCurrent", (void*)cuCtxPopCurrent_v2},
+    {"cuModuleLoadData", (void*)cuModuleLoadData},
+    {"cuModuleUnload", (void*)cuModuleUnload},
 #endif
 };
 

@@ -144,6 +144,25 @@ TEST(Intercept, WithoutTheInterposerNothingIsRecorded) {
   EXPECT_EQ(std::fopen((dir + "/report.json").c_str(), "r"), nullptr);
 }
 
+// Note [Context memory]: what the primary context and a module take of the device, at the lines that made them.
+TEST(Intercept, TheContextAndLoadedModulesAreMeasuredAtTheirLines) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "modules"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.report.is_null()) << r.output;
+  EXPECT_EQ(r.output.find("observed already"), std::string::npos) << "the second retain makes nothing\n" << r.output;
+  EXPECT_EQ(bytes_at(r.report, "make_context", "outside the pool: CUDA context (primary)"), 96 * MiB) << r.report.dump(1);
+  EXPECT_EQ(bytes_at(r.report, "load_kernels", "outside the pool: module (cuModuleLoadData)"), 4 * MiB);  // one unloaded
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 100 * MiB);
+}
+
+TEST(Intercept, AContextReleasedForTheLastTimeIsGone) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "modules", "release"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.report.is_null()) << r.output;
+  EXPECT_EQ(bytes_at(r.report, "make_context", "outside the pool: CUDA context (primary)"), 0u) << r.report.dump(1);
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 4 * MiB);
+}
+
 // dlsym(RTLD_NEXT, ...) is relative to its caller: the interposer's dlsym must not make it relative to itself.
 TEST(Intercept, RtldNextStillFindsTheNextLibrary) {
   const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "next"});
