@@ -61,16 +61,23 @@ def site_bytes(report, function, tag):
 
 
 def split(report):
-    """The driver's figure for device 0: (used, pool, seen outside, rest) in bytes."""
+    """The driver's figure for device 0: (used, pool, seen outside, not seen) in bytes."""
     d = report["devices"][0]
     used, outside = d.get("used_bytes") or 0, d.get("outside_bytes") or 0
     return used, used - outside, d["observed_bytes"], outside - d["observed_bytes"]
 
 
+def tagged(report, prefix):
+    """Bytes live at the sites whose innermost tag starts with `prefix`."""
+    return sum(e["bytes"] for e in report["leaks"] if e["tags"] and e["tags"][-1].startswith(prefix))
+
+
 def split_words(report):
     used, pool, seen, rest = split(report)
-    return "driver %.0f MiB = pool %.0f + seen outside %.0f + rest (context, modules) %.0f" % (
-        used / MiB, pool / MiB, seen / MiB, rest / MiB)
+    context = tagged(report, "outside the pool: CUDA context")
+    modules = tagged(report, "outside the pool: module (")
+    return ("driver %.0f MiB = pool %.0f + seen outside %.0f (context %.0f, modules %.0f, allocations %.0f) + not seen %.0f"
+            % (used / MiB, pool / MiB, seen / MiB, context / MiB, modules / MiB, (seen - context - modules) / MiB, rest / MiB))
 
 
 def expect(rows, step, checks, detail):
@@ -87,8 +94,13 @@ def cuda_rows(work, rows):
         rc, _ = sh([nvcc, "-g", "-O2", "-std=c++17", "-cudart", cudart, "-o", exe, source, "-lcuda"], timeout=240)
         if rc != 0:
             rows.append("FAIL|intercept: CUDA C++ (%s cudart)|nvcc failed (exit %d), see the log" % (cudart, rc))
-            continue
-        built[cudart] = exe
+        else:
+            built[cudart] = exe
+    if "static" in built:  # a bare context, measured without the interposer: what the context estimate should be
+        rc, stdout = sh([built["static"], "bare"])
+        if rc == 0 and "used_bytes " in stdout:
+            BARE["context"] = int(stdout.split("used_bytes ")[1].split()[0])
+    for cudart, exe in built.items():
         rc, report, stdout = intercepted(work, "cuda_" + cudart, ["--", exe, "leak"])
         if report is None:
             rows.append("FAIL|intercept: CUDA C++ (%s cudart)|exit %d, no report" % (cudart, rc))
@@ -101,10 +113,30 @@ def cuda_rows(work, rows):
         checks += [("%s %s: %.1f MiB, not %d" % (f, tag, site_bytes(report, f, tag) / MiB, mib),
                     site_bytes(report, f, tag) == mib * MiB) for f, tag, mib in wants]
         checks.append(("scratch_loop's freed buffers still live", site_bytes(report, "scratch_loop", "outside the pool: cuMemAlloc") == 0))
+        if cudart == "static":
+            accounting_row(rows, "intercept: CUDA C++", report)
         expect(rows, "intercept: CUDA C++ (%s cudart)" % cudart, checks,
                "5 leaks at their functions (64 MiB cudaMalloc, 16 pinned, 8 managed, 32 async, 4 cuMemCreate), 100 frees "
                "gone; %s; the program saw %.0f MiB used" % (split_words(report), driver_used / MiB))
     return built.get("static")
+
+
+BARE = {}
+
+
+def accounting_row(rows, step, report):
+    """The issue's accounting: the context estimate against a bare process's context (within 10%), and what is
+    not seen against the driver's figure (the target: within 1%)."""
+    used, pool, seen, rest = split(report)
+    context = tagged(report, "outside the pool: CUDA context")
+    bare = BARE.get("context")
+    if bare:
+        rows.append("%s|%s: context estimate|%.0f MiB measured at its line, a bare process's context %.0f MiB (%+.1f%%; "
+                    "within 10%% wanted)" % ("PASS" if abs(context - bare) <= 0.1 * bare else "FAIL", step, context / MiB,
+                                            bare / MiB, 100.0 * (context - bare) / bare))
+    rows.append("%s|%s: not seen|%.0f MiB of the driver's %.0f MiB (%.1f%%; target within 1%%): %s" % (
+        "meets" if used and abs(rest) <= 0.01 * used else "misses", step, rest / MiB, used / MiB,
+        100.0 * rest / used if used else 0, split_words(report)))
 
 
 CUPY_SCRIPT = """
@@ -180,6 +212,7 @@ def python_rows(work, rows):
             ("the pool's weights counted outside as well", weights == 0),
             ("seen outside %.0f MiB, more than the pool" % (seen / MiB), seen < pool)],
                "pool counted once; %s; largest outside: %s" % (split_words(report), outside_sites(report)))
+        accounting_row(rows, "intercept: PyTorch + plugin", report)
 
 
 def outside_sites(report, most=4):

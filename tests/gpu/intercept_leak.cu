@@ -7,6 +7,7 @@
 //                              (async_buffer, cudaMallocAsync) and 4 MiB of VMM memory (vmm_chunk, cuMemCreate);
 //                              frees 100 x 8 MiB (scratch_loop); prints the driver's used bytes
 //   intercept_leak bench N     N pairs of cudaMalloc(1 MiB) + cudaFree after a warm-up; prints ns per pair
+//   intercept_leak bare        makes its context (cudaFree(0)) and nothing else; prints the driver's used bytes
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -85,6 +86,13 @@ int main(int argc, char** argv) {
     std::printf("used_bytes %zu\n", total - free_bytes);
     return 0;
   }
+  if (argc == 2 && std::strcmp(argv[1], "bare") == 0) {
+    CHECK(cudaFree(nullptr));
+    size_t free_bytes = 0, total = 0;
+    CHECK(cudaMemGetInfo(&free_bytes, &total));
+    std::printf("used_bytes %zu\n", total - free_bytes);
+    return 0;
+  }
   if (argc == 3 && std::strcmp(argv[1], "bench") == 0) {
     const int n = std::atoi(argv[2]);
     void* p = nullptr;
@@ -101,6 +109,6 @@ int main(int argc, char** argv) {
     std::printf("ns_per_pair %.1f\n", ns / n);
     return 0;
   }
-  std::fprintf(stderr, "usage: intercept_leak leak | bench N\n");
+  std::fprintf(stderr, "usage: intercept_leak leak | bench N | bare\n");
   return 2;
 }
