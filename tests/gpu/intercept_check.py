@@ -172,6 +172,56 @@ print("used_bytes", total - free)
 """
 
 
+JAX_SCRIPT = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def step(x):
+    return jnp.tanh(x @ x) + 1.0
+
+x = jnp.ones((2048, 2048), jnp.float32)  # 16 MiB
+kept = []
+
+def keep_outputs(n):
+    for _ in range(n):
+        kept.append(step(x))  # each output 16 MiB, kept: 320 MiB
+
+keep_outputs(20)
+jax.block_until_ready(kept)
+print("jax", jax.__version__, jax.devices()[0].device_kind)
+"""
+
+
+def jax_rows(work, rows):
+    """JAX (issue 34, item 5): with the platform allocator each buffer at its line; with the default arena
+    (no preallocation) the arena's growth at the line that grew it."""
+    with open(os.path.join(work, "jax_keep.py"), "w") as f:
+        f.write(JAX_SCRIPT)
+    no_hooks = ["--no-torch", "--no-cupy", "--no-numba"]
+    for name, env in (("platform allocator", {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
+                      ("default arena, no preallocation", {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})):
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            rc, report, stdout = intercepted(work, "jax_" + name.split()[0], no_hooks + [os.path.join(work, "jax_keep.py")])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        if report is None:
+            rows.append("FAIL|intercept: JAX, %s|exit %d, no report" % (name, rc))
+            continue
+        at_line = sum(e["bytes"] for e in report["leaks"] if e["tags"][-1:] and e["tags"][-1].startswith(
+            "outside the pool: ") and any("keep_outputs" in f["function"] for f in e["frames"]))
+        expect(rows, "intercept: JAX, %s" % name, [("exit %d" % rc, rc == 0),
+                                                   ("%.0f MiB at keep_outputs, not >= 320" % (at_line / MiB), at_line >= 320 * MiB)],
+               "%.0f MiB at keep_outputs (20 kept outputs of 16 MiB); %s; largest outside: %s" % (
+                   at_line / MiB, split_words(report), outside_sites(report)))
+
+
 def python_rows(work, rows):
     # (Not cupy.py: a script's folder comes first on sys.path, and `import cupy` would import the script.)
     scripts = {"cupy_pool": CUPY_SCRIPT, "torch_native": TORCH_NATIVE_SCRIPT, "torch_plugin": TORCH_PLUGIN_SCRIPT}
@@ -256,6 +306,7 @@ def main():
     rows = []
     exe = cuda_rows(work, rows)
     python_rows(work, rows)
+    jax_rows(work, rows)
     if exe is not None:
         cost_rows(exe, work, rows)
     print("\n".join(rows))

@@ -15,6 +15,7 @@ import re
 import sys
 
 from tracepool._escaping import escape
+from tracepool._usage import UsageError
 
 SCHEMA = "tracepool.report/1"
 USAGE_ERROR = 2
@@ -86,10 +87,6 @@ examples:
   python -m tracepool merge report-rank*.json
   python -m tracepool merge -o merged.json report-rank*.json
   python -m tracepool merge --format html -o ranks.html report-rank*.json"""
-
-
-class UsageError(Exception):
-    """A mistake on the command line: one line on stderr, exit status 2."""
 
 
 def _positive_int(text):

@@ -17,12 +17,10 @@ import subprocess
 import sys
 import tempfile
 
+from tracepool._usage import UsageError
+
 LIBRARY = "libtracepool_intercept.so"
 _RESTARTED = "TRACEPOOL_INTERCEPT_RESTARTED"  # set across run's own restart, against a loop
-
-
-class InterceptError(Exception):
-    """The interposer cannot be used: one line for the user."""
 
 
 def library_path():
@@ -45,7 +43,7 @@ def environment(extra):
     """os.environ with the interposer first in LD_PRELOAD, and `extra`."""
     library = library_path()
     if not os.path.isfile(library):
-        raise InterceptError("run --intercept: %s is missing (tracepool was built without it)" % library)
+        raise UsageError("run --intercept: %s is missing (tracepool was built without it)" % library)
     env = dict(os.environ)
     env["LD_PRELOAD"] = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
     env.update(extra)
@@ -59,7 +57,7 @@ def restart_under_interposer(argv):
         os.environ.pop(_RESTARTED, None)  # not the program's
         return
     if os.environ.get(_RESTARTED):
-        raise InterceptError("run --intercept: the dynamic loader did not load %s from LD_PRELOAD (it ignores "
+        raise UsageError("run --intercept: the dynamic loader did not load %s from LD_PRELOAD (it ignores "
                              "LD_PRELOAD for set-user-ID programs, and says why on stderr otherwise)" % library_path())
     env = environment({_RESTARTED: "1"})
     for stream in (sys.stdout, sys.stderr):
@@ -80,7 +78,7 @@ def run_program(program, conf, show):
         child = subprocess.Popen(program, env=environment(extra))
     except OSError as e:
         shutil.rmtree(folder, ignore_errors=True)
-        raise InterceptError("run: cannot start %s: %s" % (program[0], e.strerror or e)) from None
+        raise UsageError("run: cannot start %s: %s" % (program[0], e.strerror or e)) from None
     # The terminal's Ctrl-C reaches the program by itself (same process group); a SIGTERM sent to `run`
     # alone is passed on. Either way `run` waits for the program's end and its report.
     forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731

@@ -10,7 +10,7 @@ import signal
 import sys
 import traceback
 
-from tracepool._cli import UsageError
+from tracepool._usage import UsageError
 
 # Options of `run` that take a value; they and the flags come before the program.
 _RUN_VALUE_OPTIONS = {"--conf", "-o", "--output", "--html", "--format", "--top"}
@@ -244,10 +244,7 @@ def _run_intercepted_program(options, program):
     if not program:
         raise UsageError("run --intercept --: name the program to run")
     _check_outputs(options)
-    try:
-        return _intercept.run_program(program, options.conf, lambda data: _show_report(options, data))
-    except _intercept.InterceptError as e:
-        raise UsageError(str(e)) from None
+    return _intercept.run_program(program, options.conf, lambda data: _show_report(options, data))
 
 
 def run(parser, argv):
@@ -266,10 +263,7 @@ def run(parser, argv):
     if options.intercept:
         from tracepool import _intercept
 
-        try:
-            _intercept.restart_under_interposer(argv)  # returns once it is loaded here
-        except _intercept.InterceptError as e:
-            raise UsageError(str(e)) from None
+        _intercept.restart_under_interposer(argv)  # returns once it is loaded here
     _install(options)
     if options.module is not None:  # after _install: finding a submodule imports its packages
         try:
