@@ -173,13 +173,33 @@ const void* tracepool_base() {
   return base;
 }
 
+// TRACEPOOL_INTERCEPT_LOG=1: a line on stderr for each lookup the interposer answers and each call it
+// records or measures, to see what a program does with the driver. Read once (no function-local static:
+// dlsym may run before a sanitizer's runtime can serve one).
+std::atomic<int> log_state{-1};
+
+bool logging() {
+  int on = log_state.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* v = getenv("TRACEPOOL_INTERCEPT_LOG");
+    on = v != nullptr && *v != '\0' && strcmp(v, "0") != 0;
+    log_state.store(on, std::memory_order_relaxed);
+  }
+  return on != 0;
+}
+
 // Our wrapper for the driver function at `p`, found by its exported name; `p` itself where we have none,
-// or where `p` is ours already.
-void* substitute(void* p) {
+// or where `p` is ours already. `asked`: the name the caller looked up, for the log.
+void* substitute(void* p, const char* asked) {
   Dl_info info{};
-  if (dladdr(p, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != p || info.dli_fbase == self_base())
+  if (dladdr(p, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != p || info.dli_fbase == self_base()) {
+    if (logging())
+      std::fprintf(stderr, "tracepool: intercept: %s: %p (%s) passed on\n", asked != nullptr ? asked : "?", p,
+                   info.dli_sname != nullptr ? info.dli_sname : "no exported name");
     return p;
+  }
   const int e = entry_of(info.dli_sname);
+  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %s %s\n", asked != nullptr ? asked : "?", info.dli_sname, e < 0 ? "passed on" : "wrapped");
   if (e < 0) return p;
   void* none = nullptr;
   real_functions[e].compare_exchange_strong(none, p);
@@ -216,6 +236,7 @@ int current_device() {
 
 void seen(const void* ptr, size_t size, int device, int kind, const char* source) {
   if (recording) return;
+  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %zu bytes at %p on device %d\n", source, size, ptr, device);
   recording = true;
   if (tracepool_t* tp = instance(); tp != nullptr && tracepool_observe_alloc(tp, ptr, size, device, kind, source) != TRACEPOOL_OK) {
     static std::atomic<bool> said{false};
@@ -294,6 +315,9 @@ struct measure {
     CUcontext popped = nullptr;
     if (pushed) (void)pop(&popped);
     recording = false;
+    if (logging())
+      std::fprintf(stderr, "tracepool: intercept: %s: device %d used %zd bytes before, %zd after\n", source, device,
+                   static_cast<ssize_t>(before), static_cast<ssize_t>(after));
     if (after != SIZE_MAX && after > before) seen(handle, after - before, device, TRACEPOOL_OBSERVED_DEVICE, source);
   }
 };
@@ -314,7 +338,7 @@ __attribute__((noinline)) void* driver_lookup(void* handle, const char* name, co
   if (p == nullptr) return nullptr;
   Dl_info info{};
   if (dladdr(caller, &info) != 0 && info.dli_fbase == tracepool_base()) return p;
-  return substitute(p);
+  return substitute(p, name);
 }
 
 }  // namespace
@@ -332,7 +356,7 @@ TRACEPOOL_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, in
   const auto resolve = real<PFN_cuGetProcAddress_v12000>(e_cuGetProcAddress_v2);
   if (resolve == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = resolve(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) *pfn = substitute(*pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) *pfn = substitute(*pfn, symbol);
   return r;
 }
 
@@ -341,7 +365,7 @@ TRACEPOOL_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int v
   const auto resolve = real<PFN_cuGetProcAddress_v11030>(e_cuGetProcAddress);
   if (resolve == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = resolve(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) *pfn = substitute(*pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) *pfn = substitute(*pfn, symbol);
   return r;
 }
 
@@ -480,6 +504,7 @@ int primary_active(CUdevice device) {
 TRACEPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   TRACEPOOL_REAL(cuDevicePrimaryCtxRetain);
   const bool makes = primary_active(device) == 0 && device >= 0 && device < most_devices;
+  if (logging()) std::fprintf(stderr, "tracepool: intercept: cuDevicePrimaryCtxRetain(device %d): %s\n", device, makes ? "makes it" : "a reference more");
   const measure m(makes ? device : -1);
   const CUresult r = driver(context, device);
   if (makes && r == CUDA_SUCCESS && context != nullptr) {

@@ -25,7 +25,7 @@ def stand_in(tmp_path_factory):
     folder = tmp_path_factory.mktemp("stand-in")
     support = ROOT / "support"
     build = lambda *args: subprocess.run([compiler, "-g", "-O1", *map(str, args)], check=True)  # noqa: E731
-    build("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-soname,libcuda.so.1", "-o", folder / "libcuda.so.1",
+    build("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic-functions", "-o", folder / "libcuda.so.1",
           support / "stand_in_cuda.c", "-lpthread")
     build("-shared", "-fPIC", "-o", folder / "libnext_probe.so", support / "next_probe.c", "-ldl")
     build("-o", folder / "client", support / "intercept_client.c", "-L", folder, "-lnext_probe", "-Wl,-rpath," + str(folder),
