@@ -306,7 +306,9 @@ device_summary walk_device(allocator& a, const device_blocks& dev, const report&
     if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
   }
   for (const observed_block& o : dev.observed) {  // live as pool blocks are, at sites of their own
-    (o.kind == observed_kind::host ? ds.observed_host_bytes : ds.observed_bytes) += static_cast<int64_t>(o.size);
+    (o.kind == observed_kind::host      ? ds.observed_host_bytes
+     : o.kind == observed_kind::managed ? ds.observed_managed_bytes
+                                        : ds.observed_bytes) += static_cast<int64_t>(o.size);
     if (o.site == 0 && r.sample_bytes != 0) continue;
     block_record b{};
     b.site = o.site, b.birth = o.birth, b.size = b.requested = o.size, b.live = true, b.address = o.address;

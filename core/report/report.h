@@ -151,9 +151,11 @@ struct device_summary {
   std::string segments;             // segments_classic or segments_growable, what the device uses
   bool growable_available = false;  // the backend can map pages on it (backend::page_size != 0)
   int64_t free_page_bytes = -1;     // of cached_bytes, those in whole free_page_size pages
-  // Memory seen outside the pool (Note [Observed memory] in observed.h): on the device (and managed),
-  // and pinned host memory its context made. 0 in reports made before these fields.
+  // Memory seen outside the pool (Note [Observed memory] in observed.h): on the device, managed (on the
+  // device only where the program touched it, so not part of the driver's figure), and pinned host memory
+  // its context made. 0 in reports made before these fields.
   int64_t observed_bytes = 0;
+  int64_t observed_managed_bytes = 0;
   int64_t observed_host_bytes = 0;
 };
 

@@ -148,6 +148,7 @@ TRACEPOOL_FIELDS_OF(device_summary) {
   if (!s.segments.empty()) v("growable_available", s.growable_available);  // read after "segments"
   v.unless("free_page_bytes", s.free_page_bytes, int64_t{-1});
   v("observed_bytes", s.observed_bytes);  // Note [Observed memory]
+  v("observed_managed_bytes", s.observed_managed_bytes);
   v("observed_host_bytes", s.observed_host_bytes);
 }
 

@@ -198,8 +198,10 @@ void pools(std::string& out, const report& r, size_t top) {
 // What the device holds outside the pool that the interposer saw or a runtime told of (Note [Observed memory]); ""
 // for none.
 std::string observed_line(const device_summary& d) {
-  if (d.observed_bytes == 0 && d.observed_host_bytes == 0) return "";
-  return "  seen outside the pool (by the interposer, or told through tracepool_observe_alloc): " + human_bytes(d.observed_bytes) + " on the device, " +
+  if (d.observed_bytes == 0 && d.observed_managed_bytes == 0 && d.observed_host_bytes == 0) return "";
+  return "  seen outside the pool (by the interposer, or told through tracepool_observe_alloc): " + human_bytes(d.observed_bytes) +
+         " on the device, " +
+         (d.observed_managed_bytes != 0 ? human_bytes(d.observed_managed_bytes) + " managed (on the device where touched), " : "") +
          human_bytes(d.observed_host_bytes) + " pinned host; their sites are below, tagged by source\n";
 }
 

@@ -273,8 +273,8 @@ const void* as_pointer(CUdeviceptr p) { return reinterpret_cast<const void*>(sta
 // stay in the report's unexplained rest.
 
 // The device's used bytes, or SIZE_MAX where they cannot be told (the caller records nothing then): the
-// driver's own count where this thread's current context is on `device`, else tracepool's (NVML where the
-// process has no context there).
+// driver's own count where this thread's current context is on `device` and can tell, else tracepool's (NVML
+// where the process has no context there).
 size_t used_on(int device) {
   static const auto get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(driver_symbol("cuCtxGetCurrent"));
   static const auto get_device = reinterpret_cast<PFN_cuCtxGetDevice_v2000>(driver_symbol("cuCtxGetDevice"));
@@ -283,11 +283,19 @@ size_t used_on(int device) {
   CUdevice on = -1;
   size_t free_bytes = 0, total = 0;
   if (get_current != nullptr && get_device != nullptr && get_info != nullptr && get_current(&current) == CUDA_SUCCESS &&
-      current != nullptr && get_device(&on) == CUDA_SUCCESS && on == device)
-    return get_info(&free_bytes, &total) == CUDA_SUCCESS && free_bytes <= total ? total - free_bytes : SIZE_MAX;
+      current != nullptr && get_device(&on) == CUDA_SUCCESS && on == device) {
+    // The CUDA runtime makes the primary context with a context of its own current that cannot answer yet
+    // (CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on an H100 with CUDA 13.0): then tracepool answers.
+    const CUresult r = get_info(&free_bytes, &total);
+    if (logging()) std::fprintf(stderr, "tracepool: intercept: device %d: cuMemGetInfo in context %p: %d\n", device, current, r);
+    if (r == CUDA_SUCCESS && free_bytes <= total) return total - free_bytes;
+  }
   tracepool_t* tp = instance();
-  if (tp == nullptr || tracepool_mem_get_info(tp, device, &free_bytes, &total) != TRACEPOOL_OK || free_bytes > total)
-    return SIZE_MAX;
+  const int rc = tp != nullptr ? tracepool_mem_get_info(tp, device, &free_bytes, &total) : -1;
+  if (logging())
+    std::fprintf(stderr, "tracepool: intercept: device %d: tracepool_mem_get_info: %d %s\n", device, rc,
+                 rc == TRACEPOOL_OK ? "" : tracepool_last_error());
+  if (rc != TRACEPOOL_OK || free_bytes > total) return SIZE_MAX;
   return total - free_bytes;
 }
 

@@ -11,8 +11,10 @@ prints one summary row per check ("STATUS|step|detail") and, before them, each r
   - PyTorch with its own allocator (no plugin): its segments at the line that grew its cache;
   - PyTorch with tracepool's plugin: the pool counted once (never again as "outside"), and the split of
     the driver's figure: pool / seen outside by source / the rest (context, modules);
+  - JAX keeping its outputs across steps, with the platform allocator and with its default arena;
   - cost: cudaMalloc + cudaFree pairs with and without the interposer (call sites on), rounds interleaved,
-    medians; the target is at most +1 us a pair.
+    medians, the target at most +1 us a pair; and a GPT-2 training step with tracepool's plugin, with and
+    without --intercept, processes taking turns, the target at most 1.01x.
 """
 
 import json
@@ -298,6 +300,45 @@ def cost_rows(exe, work, rows):
                                            min(intercepted_ns) / 1000, max(intercepted_ns) / 1000))
 
 
+GPT2_SCRIPT = """
+import statistics, sys, torch
+sys.path.insert(0, %r)
+from bench_workloads import gpt2
+steps = gpt2(torch)  # warmed up
+times = []
+for _ in range(4):
+    times += steps.turn()
+print("gpt2_ms %%.3f" %% statistics.median(times))
+"""
+
+
+def gpt2_cost_rows(work, rows):
+    """GPT-2 training steps (bench_workloads.gpt2: batch 8 x 1024, bf16 autocast, AdamW, fresh tokens) with
+    tracepool as PyTorch's allocator, with and without --intercept: processes alternating, 3 each."""
+    script = os.path.join(work, "gpt2_cost.py")
+    with open(script, "w") as f:
+        f.write(GPT2_SCRIPT % HERE)
+    figures = {"plain": [], "intercept": []}
+    for round_ in range(3):
+        for name in (("plain", "intercept") if round_ % 2 == 0 else ("intercept", "plain")):
+            if left() < 60:
+                break
+            args = [sys.executable, "-m", "tracepool", "run", "--no-holders", "-o", os.path.join(work, "gpt2.json")]
+            rc, out = sh(args + (["--intercept"] if name == "intercept" else []) + [script], timeout=150)
+            if rc == 0 and "gpt2_ms " in out:
+                figures[name].append(float(out.split("gpt2_ms ")[1].split()[0]))
+    plain, inter = figures["plain"], figures["intercept"]
+    if len(plain) < 2 or len(inter) < 2:
+        rows.append("SKIP|intercept: GPT-2 step cost|too few processes ran (%d, %d)" % (len(plain), len(inter)))
+        return
+    ratio = statistics.median(inter) / statistics.median(plain)
+    rows.append("%s|intercept: GPT-2 step cost|%.3fx with --intercept (target <= 1.01x): median step %.2f ms with, %.2f "
+                "without (tracepool's plugin both), medians of 24 steps in each of %d+%d processes taking turns; per "
+                "process %s vs %s" % ("meets" if ratio <= 1.01 else "misses", ratio, statistics.median(inter),
+                                      statistics.median(plain), len(inter), len(plain),
+                                      "/".join("%.2f" % x for x in inter), "/".join("%.2f" % x for x in plain)))
+
+
 def main():
     global DEADLINE
     work = sys.argv[1]
@@ -309,6 +350,7 @@ def main():
     jax_rows(work, rows)
     if exe is not None:
         cost_rows(exe, work, rows)
+    gpt2_cost_rows(work, rows)
     print("\n".join(rows))
 
 

@@ -83,6 +83,9 @@ TEST(Intercept, AProgramLinkedAgainstTheDriverIsSeenForEveryKind) {
   EXPECT_EQ(bytes_at(r.report, "leak_linked", "outside the pool: cuMemAllocPitch"), 1 * MiB);
   EXPECT_EQ(bytes_at(r.report, "leak_linked", "pinned host: cuMemHostAlloc"), 3 * MiB);
   EXPECT_EQ(bytes_at(r.report, "leak_linked", "outside the pool: cuMemCreate"), 4 * MiB);
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 6 * MiB);
+  EXPECT_EQ(r.report["devices"][0]["observed_managed_bytes"].get<uint64_t>(), 2 * MiB);
+  EXPECT_EQ(r.report["devices"][0]["observed_host_bytes"].get<uint64_t>(), 3 * MiB);
   // Each freed 7 MiB (cuMemFree, cuMemFreeHost, cuMemRelease) is gone.
   for (const json& e : r.report["leaks"]) EXPECT_NE(e["bytes"].get<uint64_t>(), 7 * MiB) << e.dump(1);
 }

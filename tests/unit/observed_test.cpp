@@ -50,6 +50,8 @@ json site_tagged(const json& report, const std::string& tag) {
 TEST_F(Observed, ABlockIsListedAtItsLineWithItsSourceAndLeavesThePoolsFiguresAlone) {
   ASSERT_EQ(nccl_buffers(tp_, 1, 3 * MiB), TRACEPOOL_OK) << tracepool_last_error();
   ASSERT_EQ(pinned_staging(tp_, 2, MiB), TRACEPOOL_OK) << tracepool_last_error();
+  ASSERT_EQ(tracepool_observe_alloc(tp_, fake(3), 2 * MiB, 0, TRACEPOOL_OBSERVED_MANAGED, "cudaMallocManaged"), TRACEPOOL_OK)
+      << tracepool_last_error();
   const json r = report_of(tp_);
   const json nccl = site_tagged(r, "outside the pool: nccl");
   ASSERT_FALSE(nccl.is_null()) << r["leaks"].dump();
@@ -61,10 +63,12 @@ TEST_F(Observed, ABlockIsListedAtItsLineWithItsSourceAndLeavesThePoolsFiguresAlo
   EXPECT_EQ(site_tagged(r, "pinned host: cudart")["bytes"], MiB);
   EXPECT_EQ(r["devices"][0]["observed_bytes"], 3 * MiB);
   EXPECT_EQ(r["devices"][0]["observed_host_bytes"], MiB);
+  EXPECT_EQ(r["devices"][0]["observed_managed_bytes"], 2 * MiB) << "managed memory is not the device's until touched";
   EXPECT_EQ(r["stats"]["0"]["allocated_bytes.all.current"], 0) << "the pool's statistics are the pool's";
   EXPECT_EQ(r["stats"]["0"]["reserved_bytes.all.current"], 0);
   const std::string text = report_string(tp_, "text");
-  EXPECT_NE(text.find("seen outside the pool (by the interposer, or told through tracepool_observe_alloc): 3.00 MiB on the device, 1.00 MiB pinned host"),
+  EXPECT_NE(text.find("seen outside the pool (by the interposer, or told through tracepool_observe_alloc): 3.00 MiB on the "
+                      "device, 2.00 MiB managed (on the device where touched), 1.00 MiB pinned host"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("[outside the pool: nccl]"), std::string::npos) << text;

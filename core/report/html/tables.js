@@ -42,9 +42,11 @@ function deviceCard(r, ri, d) {
       " (cached outside the largest free block); " + bytes(d.free_page_bytes) + " of the cache in whole 2 MiB pages" +
       (d.segments ? "; segments: " + d.segments : "") }));
   }
-  if (d.observed_bytes || d.observed_host_bytes) {  // Note [Observed memory] in core/observed.h
-    card.append(el("p", { text: "seen outside the pool (by the interposer, or told through tracepool_observe_alloc): " + bytes(d.observed_bytes || 0) +
-      " on the device, " + bytes(d.observed_host_bytes || 0) + " pinned host; their sites are in the tables, tagged by source" }));
+  if (d.observed_bytes || d.observed_managed_bytes || d.observed_host_bytes) {  // Note [Observed memory] in core/observed.h
+    card.append(el("p", { text: "seen outside the pool (by the interposer, or told through tracepool_observe_alloc): " +
+      bytes(d.observed_bytes || 0) + " on the device, " +
+      (d.observed_managed_bytes ? bytes(d.observed_managed_bytes) + " managed (on the device where touched), " : "") +
+      bytes(d.observed_host_bytes || 0) + " pinned host; their sites are in the tables, tagged by source" }));
   }
   if (used) {
     card.append(el("p", { text: "driver: " + bytes(used) + " used of " + bytes(total) + " (what nvidia-smi shows); " +
