@@ -504,7 +504,7 @@ class runner {
     void* p = nullptr;
     tracepool_t* other = reinterpret_cast<tracepool_t*>(1);
     int n = 0;
-    switch (x % 8) {
+    switch (x % 10) {
       case 0:
         expect(tracepool_device_count(in_.tp, &n), TRACEPOOL_OK, "device_count");
         FUZZ_EXPECT(n == device_count, "device_count %d", n);
@@ -529,6 +529,23 @@ class runner {
         break;
       case 6:
         tracepool_destroy(nullptr);
+        break;
+      case 7: {  // memory got outside the pool (Note [Observed memory]): recorded, then released, once
+        const void* outside = reinterpret_cast<const void*>(0x7d0000000000u + (static_cast<uintptr_t>(t_.id) << 32) +
+                                                            (static_cast<uintptr_t>(x) << 12));
+        expect(tracepool_observe_alloc(in_.tp, outside, 4096u * (x + 1u), 0, x % 3, "fuzz"), TRACEPOOL_OK, "observe_alloc");
+        expect(tracepool_observe_alloc(in_.tp, outside, 4096, 0, 0, "fuzz"), TRACEPOOL_ERR_INVALID_ARGUMENT,
+               "observe_alloc(observed already)");
+        expect(tracepool_observe_free(in_.tp, outside), TRACEPOOL_OK, "observe_free");
+        expect(tracepool_observe_free(in_.tp, outside), TRACEPOOL_ERR_INVALID_ARGUMENT, "observe_free(twice)");
+        break;
+      }
+      case 8:
+        expect(tracepool_observe_alloc(in_.tp, nullptr, 4096, 0, 0, "fuzz"), TRACEPOOL_ERR_INVALID_ARGUMENT,
+               "observe_alloc(NULL)");
+        expect(tracepool_observe_alloc(in_.tp, &n, 4096, 0, 3 + x % 5, "fuzz"), TRACEPOOL_ERR_INVALID_ARGUMENT,
+               "observe_alloc(bad kind)");
+        expect(tracepool_observe_alloc(in_.tp, &n, 4096, 0, 0, ""), TRACEPOOL_ERR_INVALID_ARGUMENT, "observe_alloc(no source)");
         break;
       default:
         FUZZ_EXPECT(tracepool_last_error() != nullptr, "last_error is NULL");

@@ -8,6 +8,8 @@
  *   fork      keeps 1 MiB, forks; the child allocates, frees and keeps 2 MiB, and exits; the parent waits
  *   modules   retains the primary context twice (make_context), loads two modules and unloads one
  *             (load_kernels); with "release" after it, releases the context twice: it is gone
+ *   atexit    keeps 2 MiB, and frees 3 MiB in an atexit handler and 1 MiB in a destructor, both running
+ *             after the report at exit is written (registered first, they run last)
  *   next      dlsym(RTLD_NEXT, ...) from a library loaded after the interposer still finds the next one
  * Prints one line per step; exits 0 when every step went as the line says. Entry points the driver lacks
  * (the minimal stand-in) are said and skipped. */
@@ -158,6 +160,21 @@ static int release_context(void) {
   return release == NULL || release(0) != 0 || release(0) != 0;
 }
 
+static unsigned long long freed_at_exit, freed_by_destructor;
+
+static void free_at_exit(void) {
+  if (mem_free(freed_at_exit) != 0) _exit(3);
+}
+
+__attribute__((destructor)) static void free_in_destructor(void) {
+  if (freed_by_destructor != 0 && mem_free(freed_by_destructor) != 0) _exit(4);
+}
+
+KEEP static int allocate_for_exit(void) {
+  unsigned long long kept = 0;
+  return mem_alloc(&freed_at_exit, 3u << 20) || mem_alloc(&freed_by_destructor, 1u << 20) || mem_alloc(&kept, 2u << 20);
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "next") == 0) {
     const int ok = tracepool_next_probe();
@@ -170,7 +187,11 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "runtime") == 0)
     return leak_through_runtime() || leak_through_legacy_resolver() || leak_through_dlsym();
   if (strcmp(argv[1], "threads") == 0) return threads();
+  if (strcmp(argv[1], "atexit") == 0) {
+    atexit(free_at_exit);  /* before the first allocation makes tracepool's instance and its exit handler */
+    return allocate_for_exit();
+  }
   if (strcmp(argv[1], "fork") == 0) return forked();
-  fprintf(stderr, "usage: intercept_client runtime|threads|fork|modules [release]|next\n");
+  fprintf(stderr, "usage: intercept_client runtime|threads|fork|modules [release]|atexit|next\n");
   return 2;
 }

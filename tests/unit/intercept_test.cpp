@@ -166,6 +166,16 @@ TEST(Intercept, AContextReleasedForTheLastTimeIsGone) {
   EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 4 * MiB);
 }
 
+// Frees after the report at exit (an atexit handler registered before tracepool's, a destructor) pass through:
+// the report holds what was live when it was written, and the program ends as it would.
+TEST(Intercept, FreesAfterTheReportAtExitPassThrough) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "atexit"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.report.is_null()) << r.output;
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 6 * MiB) << r.report.dump(1);
+  EXPECT_EQ(bytes_at(r.report, "allocate_for_exit", "outside the pool: cuMemAlloc"), 6 * MiB);
+}
+
 // dlsym(RTLD_NEXT, ...) is relative to its caller: the interposer's dlsym must not make it relative to itself.
 TEST(Intercept, RtldNextStillFindsTheNextLibrary) {
   const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "next"});
