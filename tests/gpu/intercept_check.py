@@ -12,6 +12,7 @@ prints one summary row per check ("STATUS|step|detail") and, before them, each r
   - PyTorch with tracepool's plugin: the pool counted once (never again as "outside"), and the split of
     the driver's figure: pool / seen outside by source / the rest (context, modules);
   - JAX keeping its outputs across steps, with the platform allocator and with its default arena;
+  - DDP on two GPUs (where there are two): each rank's NCCL memory at the lines that made it, merge;
   - cost: cudaMalloc + cudaFree pairs with and without the interposer (call sites on), rounds interleaved,
     medians, the target at most +1 us a pair; and a GPT-2 training step with tracepool's plugin, with and
     without --intercept, processes taking turns, the target at most 1.01x.
@@ -277,15 +278,16 @@ def outside_sites(report, most=4):
 def cost_rows(exe, work, rows):
     library = subprocess.run([sys.executable, "-c", "from tracepool import _intercept; print(_intercept.library_path())"],
                              capture_output=True, text=True).stdout.strip()
-    pairs = 3000
+    pairs = 5000
     native, intercepted_ns = [], []
     env = dict(os.environ)
     env.pop("TRACEPOOL_REPORT", None)
     preload = dict(env, LD_PRELOAD=library)
-    for round_ in range(5):
+    for round_ in range(9):
         if left() < 30:
             break
         for name, e in (("native", env), ("intercept", preload)) if round_ % 2 == 0 else (("intercept", preload), ("native", env)):
+            print("# %s" % name)
             rc, out = sh([exe, "bench", str(pairs)], env=e, timeout=60)
             if rc == 0 and "ns_per_pair " in out:
                 (native if name == "native" else intercepted_ns).append(float(out.split("ns_per_pair ")[1].split()[0]))
@@ -339,6 +341,89 @@ def gpt2_cost_rows(work, rows):
                                       "/".join("%.2f" % x for x in inter), "/".join("%.2f" % x for x in plain)))
 
 
+DDP_SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def setup():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl", device_id=torch.device("cuda", int(os.environ["LOCAL_RANK"])))
+
+def first_collective(model):
+    return DDP(model, device_ids=[torch.cuda.current_device()])
+
+def train(ddp):
+    opt = torch.optim.AdamW(ddp.parameters())
+    for _ in range(5):
+        ddp(torch.randn(64, 1024, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+setup()
+model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).cuda()
+ddp = first_collective(model)
+train(ddp)
+dist.barrier()
+torch.cuda.synchronize()
+"""
+
+
+def gpu_count():
+    try:
+        return len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout.splitlines())
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+
+
+def ddp_rows(work, rows):
+    """DDP on two GPUs under `run --intercept` with tracepool's plugin: each rank's NCCL memory at the lines that
+    made the process group or ran the first collectives, a report per rank, and merge as for any reports."""
+    step = "intercept: DDP, two ranks (NCCL)"
+    if gpu_count() < 2:
+        rows.append("SKIP|%s|one GPU here (run on nvidia-h100-x2)" % step)
+        return
+    folder = os.path.join(work, "ddp")
+    os.makedirs(folder, exist_ok=True)
+    script = os.path.join(folder, "ddp_intercept.py")
+    with open(script, "w") as f:
+        f.write(DDP_SCRIPT)
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")  # this workplace: no NVLink multicast
+    rc, _ = sh([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "tracepool",
+                "run", "--intercept", "--no-holders", "-o", os.path.join(folder, "report.json"), script], timeout=240, env=env)
+    reports = {}
+    for rank in (0, 1):
+        path = os.path.join(folder, "report-rank%d.json" % rank)
+        if os.path.exists(path):
+            reports[rank] = json.load(open(path))
+    if rc != 0 or len(reports) != 2:
+        rows.append("FAIL|%s|torchrun exit %d, reports of ranks %s" % (step, rc, sorted(reports)))
+        return
+    lines = ("setup", "first_collective", "train")
+    checks, details = [], []
+    for rank, report in sorted(reports.items()):
+        outside = [e for e in report["leaks"] if e["tags"] and e["tags"][-1].startswith("outside the pool: ")
+                   and "CUDA context" not in e["tags"][-1]]
+        total = sum(e["bytes"] for e in outside)
+        at_lines = sum(e["bytes"] for e in outside
+                       if any(f["kind"] == "python" and f["function"] in lines for f in e["frames"]))
+        by_line = {}
+        for e in outside:
+            names = [f["function"] for f in e["frames"] if f["kind"] == "python" and f["function"] in lines]
+            key = names[0] if names else "no Python line"
+            by_line[key] = by_line.get(key, 0) + e["bytes"]
+        checks.append(("rank %d: %.0f MiB outside the pool, not >= 64" % (rank, total / MiB), total >= 64 * MiB))
+        checks.append(("rank %d: %.0f of %.0f MiB at setup/first_collective/train" % (rank, at_lines / MiB, total / MiB),
+                       at_lines >= total / 2))
+        details.append("rank %d: %s; outside by line: %s" % (rank, split_words(report), ", ".join(
+            "%s %.0f MiB" % (k, v / MiB) for k, v in sorted(by_line.items(), key=lambda kv: -kv[1]))))
+    merged_rc, merged = sh([sys.executable, "-m", "tracepool", "merge", os.path.join(folder, "report-rank0.json"),
+                            os.path.join(folder, "report-rank1.json")])
+    checks.append(("merge exit %d" % merged_rc, merged_rc == 0))
+    expect(rows, step, checks, "; ".join(details))
+
+
 def main():
     global DEADLINE
     work = sys.argv[1]
@@ -351,6 +436,7 @@ def main():
     if exe is not None:
         cost_rows(exe, work, rows)
     gpt2_cost_rows(work, rows)
+    ddp_rows(work, rows)
     print("\n".join(rows))
 
 

@@ -10,6 +10,8 @@
  *             (load_kernels); with "release" after it, releases the context twice: it is gone
  *   atexit    keeps 2 MiB, and frees 3 MiB in an atexit handler and 1 MiB in a destructor, both running
  *             after the report at exit is written (registered first, they run last)
+ *   bench N   N pairs of cuMemAlloc(64 KiB) + cuMemFree through the runtime's way after a warm-up; prints ns
+ *             per pair (tests/bench/intercept_bench.py: what the interposer adds to each pair)
  *   next      dlsym(RTLD_NEXT, ...) from a library loaded after the interposer still finds the next one
  * Prints one line per step; exits 0 when every step went as the line says. Entry points the driver lacks
  * (the minimal stand-in) are said and skipped. */
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int (*get_proc_fn)(const char*, void**, int, unsigned long long, int*);
@@ -187,6 +190,19 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "runtime") == 0)
     return leak_through_runtime() || leak_through_legacy_resolver() || leak_through_dlsym();
   if (strcmp(argv[1], "threads") == 0) return threads();
+  if (strcmp(argv[1], "bench") == 0 && argc == 3) {
+    const long n = atol(argv[2]);
+    unsigned long long p = 0;
+    for (int i = 0; i < 1000; ++i)
+      if (mem_alloc(&p, 64u << 10) != 0 || mem_free(p) != 0) return 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < n; ++i)
+      if (mem_alloc(&p, 64u << 10) != 0 || mem_free(p) != 0) return 1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("ns_per_pair %.1f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / (double)n);
+    return 0;
+  }
   if (strcmp(argv[1], "atexit") == 0) {
     atexit(free_at_exit);  /* before the first allocation makes tracepool's instance and its exit handler */
     return allocate_for_exit();
