@@ -229,6 +229,13 @@ int tracepool_observe_alloc(tracepool_t* tp, const void* ptr, size_t size, int d
   });
 }
 
+int tracepool_observe_oom(tracepool_t* tp, size_t size, int device, const char* source) {
+  return guarded("tracepool_observe_oom", [&] {
+    if (status s = check_handle(tp, "tracepool_observe_oom"); s != status::ok) return s;
+    return tp->impl->observe_oom(size, device, source);
+  });
+}
+
 int tracepool_observe_free(tracepool_t* tp, const void* ptr) {
   return guarded("tracepool_observe_free", [&] {
     if (status s = check_handle(tp, "tracepool_observe_free"); s != status::ok) return s;

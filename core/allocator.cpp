@@ -180,6 +180,20 @@ status allocator::observe_alloc(const void* ptr, size_t size, int device, observ
   return status::ok;
 }
 
+status allocator::observe_oom(size_t size, int device, const char* source) {
+  const char* what = "tracepool_observe_oom";
+  if (status s = check_device(device); s != status::ok) return s;
+  if (size == 0) return fail(status::invalid_argument, "%s: 0 bytes", what);
+  if (status s = check_source(what, source); s != status::ok) return s;
+  // The failed request's site, tagged by its source as an observed block's is.
+  if (status s = push_tag(observed_tag(observed_kind::device, source).c_str()); s != status::ok) return s;
+  const block_tag t = tracer_->capture(size);
+  (void)pop_tag();
+  (void)fail(status::out_of_memory, "%s: out of memory: %zu bytes on device %d refused outside tracepool's pool", source,
+             size, device);
+  return out_of_memory(device, size, nullptr, t.site);
+}
+
 status allocator::observe_free(const void* ptr) {
   if (ptr == nullptr) return status::ok;
   observed_block b;

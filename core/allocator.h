@@ -57,6 +57,10 @@ class allocator final : public fork_participant {
   // calling thread's call site, tags and marks, and its free; `source` as check_source reads it.
   status observe_alloc(const void* ptr, size_t size, int device, observed_kind kind, const char* source);
   status observe_free(const void* ptr);
+  // A request of `size` bytes that the caller's own source refused for want of memory (the driver said
+  // out of memory to a cudaMalloc the interposer saw): the out-of-memory report is made as for the pool's
+  // own. Returns status::out_of_memory, the message saying what the report found.
+  status observe_oom(size_t size, int device, const char* source);
   observed_memory& observed() { return observed_; }
   status empty_cache(int device);  // -1: every device
   status stats(int device, device_stats* out);

@@ -20,7 +20,8 @@
 // passes through as the driver gave it. We never answer for a symbol the driver lacks.
 //
 // Every call passes through unchanged: the caller's arguments go to the driver's function and its result
-// comes back as is. A call that fails records nothing. An allocation is recorded after the driver made it,
+// comes back as is. A call that fails records nothing; one the driver refused for want of memory makes
+// tracepool's out-of-memory report (tracepool_observe_oom), as a pool allocation that fails does. An allocation is recorded after the driver made it,
 // and forgotten before the driver takes it back (once freed, another thread may get the same address).
 // Recording captures the call stack and may make the default instance, which loads the driver: a thread
 // that is recording passes every driver call straight through (`recording`), so nothing recurses.
@@ -245,9 +246,22 @@ void seen(const void* ptr, size_t size, int device, int kind, const char* source
   recording = false;
 }
 
+// The driver refused `size` bytes for want of memory: tracepool's out-of-memory report, as for its pool's own
+// (printed unless oom_report:off), names who holds the device. The program may still recover (PyTorch's own
+// allocator frees its cache and asks again).
+void refused(size_t size, int device, const char* source) {
+  if (recording) return;
+  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %zu bytes refused on device %d\n", source, size, device);
+  recording = true;
+  if (tracepool_t* tp = instance()) (void)tracepool_observe_oom(tp, size, device, source);
+  recording = false;
+}
+
 void seen_device(CUresult r, const CUdeviceptr* ptr, size_t size, int kind, const char* source) {
   if (r == CUDA_SUCCESS && ptr != nullptr && !recording)
     seen(reinterpret_cast<const void*>(*ptr), size, current_device(), kind, source);
+  else if (r == CUDA_ERROR_OUT_OF_MEMORY && !recording && size != 0)
+    refused(size, current_device(), source);
 }
 
 // Before the driver takes `ptr` back. A pointer recorded by nobody (allocated before the instance could
@@ -398,6 +412,7 @@ TRACEPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* ptr, size_t* pitch, si
   TRACEPOOL_REAL(cuMemAllocPitch_v2);
   const CUresult r = driver(ptr, pitch, width, height, element);
   if (r == CUDA_SUCCESS && pitch != nullptr) seen_device(r, ptr, *pitch * height, TRACEPOOL_OBSERVED_DEVICE, "cuMemAllocPitch");
+  else if (r == CUDA_ERROR_OUT_OF_MEMORY) seen_device(r, ptr, width * height, TRACEPOOL_OBSERVED_DEVICE, "cuMemAllocPitch");
   return r;
 }
 
@@ -481,6 +496,8 @@ TRACEPOOL_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size
                                       unsigned long long flags) {
   TRACEPOOL_REAL(cuMemCreate);
   const CUresult r = driver(handle, size, prop, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+    refused(size, prop->location.id, "cuMemCreate");
   if (r == CUDA_SUCCESS && handle != nullptr && !recording) {
     const CUmemLocationType where = prop != nullptr ? prop->location.type : CU_MEM_LOCATION_TYPE_INVALID;
     const bool on_host = where == CU_MEM_LOCATION_TYPE_HOST || where == CU_MEM_LOCATION_TYPE_HOST_NUMA ||

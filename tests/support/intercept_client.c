@@ -10,6 +10,7 @@
  *             (load_kernels); with "release" after it, releases the context twice: it is gone
  *   atexit    keeps 2 MiB, and frees 3 MiB in an atexit handler and 1 MiB in a destructor, both running
  *             after the report at exit is written (registered first, they run last)
+ *   oom       keeps 3 MiB (keep_some), then asks for 64 GiB, more than the device has (ask_too_much)
  *   bench N   N pairs of cuMemAlloc(64 KiB) + cuMemFree through the runtime's way after a warm-up; prints ns
  *             per pair (tests/bench/intercept_bench.py: what the interposer adds to each pair)
  *   next      dlsym(RTLD_NEXT, ...) from a library loaded after the interposer still finds the next one
@@ -178,6 +179,18 @@ KEEP static int allocate_for_exit(void) {
   return mem_alloc(&freed_at_exit, 3u << 20) || mem_alloc(&freed_by_destructor, 1u << 20) || mem_alloc(&kept, 2u << 20);
 }
 
+KEEP static int keep_some(void) {
+  unsigned long long kept = 0;
+  return mem_alloc(&kept, 3u << 20);
+}
+
+KEEP static int ask_too_much(void) {
+  unsigned long long p = 0;
+  const int r = mem_alloc(&p, 64ull << 30);
+  printf("oom: the driver said %d\n", r);
+  return r == 2 ? 0 : 1; /* CUDA_ERROR_OUT_OF_MEMORY */
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "next") == 0) {
     const int ok = tracepool_next_probe();
@@ -190,6 +203,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "runtime") == 0)
     return leak_through_runtime() || leak_through_legacy_resolver() || leak_through_dlsym();
   if (strcmp(argv[1], "threads") == 0) return threads();
+  if (strcmp(argv[1], "oom") == 0) return keep_some() || ask_too_much();
   if (strcmp(argv[1], "bench") == 0 && argc == 3) {
     const long n = atol(argv[2]);
     unsigned long long p = 0;

@@ -166,6 +166,20 @@ TEST(Intercept, AContextReleasedForTheLastTimeIsGone) {
   EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 4 * MiB);
 }
 
+// The driver refusing memory (CUDA_ERROR_OUT_OF_MEMORY) makes tracepool's out-of-memory report, as the pool's own
+// does: who holds the device, and the request that failed at its line; the program gets the driver's answer.
+TEST(Intercept, TheDriverRefusingMemoryMakesTheOutOfMemoryReport) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "oom"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("oom: the driver said 2"), std::string::npos) << r.output;
+  const size_t at = r.output.find("== tracepool report (oom)");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cuMemAlloc: out of memory: 68719476736 bytes on device 0 refused outside tracepool's pool", at),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("keep_some", at), std::string::npos) << "who holds the device\n" << r.output;
+}
+
 // Frees after the report at exit (an atexit handler registered before tracepool's, a destructor) pass through:
 // the report holds what was live when it was written, and the program ends as it would.
 TEST(Intercept, FreesAfterTheReportAtExitPassThrough) {

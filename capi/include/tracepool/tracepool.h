@@ -140,6 +140,13 @@ TRACEPOOL_API int tracepool_observe_alloc(tracepool_t* tp, const void* ptr, size
  * back (before cuMemFree): once it has, another thread may get the same address and observe it. A pointer
  * not observed now is TRACEPOOL_ERR_INVALID_ARGUMENT, and nothing changes. */
 TRACEPOOL_API int tracepool_observe_free(tracepool_t* tp, const void* ptr);
+/* A request of `size` bytes on `device` that the caller's own source refused for want of memory (the driver
+ * said CUDA_ERROR_OUT_OF_MEMORY to a cuMemAlloc outside the pool): the out-of-memory report is made as for a
+ * pool allocation that fails, with the request's call site, tagged "outside the pool: SOURCE" (printed
+ * unless oom_report:off; tracepool_write_oom_report writes it). Returns TRACEPOOL_ERR_OOM, the last error
+ * saying what the report found; TRACEPOOL_ERR_INVALID_ARGUMENT for size 0 or a bad source, and
+ * TRACEPOOL_ERR_INVALID_DEVICE for a bad device. */
+TRACEPOOL_API int tracepool_observe_oom(tracepool_t* tp, size_t size, int device, const char* source);
 /* Gives every fully free cached segment of `device` back to the device (-1: all devices). */
 TRACEPOOL_API int tracepool_empty_cache(tracepool_t* tp, int device);
 /* Device memory as the driver sees it (like cudaMemGetInfo). */
