@@ -77,7 +77,11 @@
   X(cuModuleUnload)                \
   X(cuLibraryLoadData)             \
   X(cuLibraryLoadFromFile)         \
-  X(cuLibraryUnload)
+  X(cuLibraryUnload)               \
+  X(cuLaunchKernel)                \
+  X(cuLaunchKernel_ptsz)           \
+  X(cuLaunchKernelEx)              \
+  X(cuLaunchKernelEx_ptsz)
 
 #define TRACEPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -87,6 +91,10 @@ TRACEPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* ptr, size_t size, CU
 TRACEPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, size_t size, CUmemoryPool pool, CUstream stream);
 TRACEPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream);
 TRACEPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device);  // CUDA 3.2's ABI
+TRACEPOOL_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                                              unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                                              unsigned int shared, CUstream stream, void** params, void** extra);
+TRACEPOOL_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
 
 namespace {
 
@@ -285,6 +293,11 @@ const void* as_pointer(CUdeviceptr p) { return reinterpret_cast<const void*>(sta
 // that moment is counted in; growth smaller than the driver's 2 MiB pages shows as nothing. Kernels that
 // lazy loading (CUDA_MODULE_LOADING=LAZY, the default) loads at their first launch are not measured: they
 // stay in the report's unexplained rest.
+// Lazy loading (the default since CUDA 12.2) loads a kernel's code when it is first launched, inside that
+// launch: the first launch of each function through cuLaunchKernel or cuLaunchKernelEx is measured the same
+// way, with the thread's capture mode relaxed for the measuring (a stream being captured must not be
+// invalidated by it), and what it took is recorded under the function's handle as "module (lazy load)".
+// Every later launch costs a lookup in a table of the functions seen (first_launch).
 
 // The device's used bytes, or SIZE_MAX where they cannot be told (the caller records nothing then): the
 // driver's own count where this thread's current context is on `device` and can tell, else tracepool's (NVML
@@ -343,6 +356,46 @@ struct measure {
     if (after != SIZE_MAX && after > before) seen(handle, after - before, device, TRACEPOOL_OBSERVED_DEVICE, source);
   }
 };
+
+// Whether `f` is launched here for the first time: a lock-free set of the functions seen, 64k slots (512 KiB),
+// open addressing. A function that finds its neighbourhood full is treated as seen (not measured).
+constexpr size_t launch_slots = size_t{1} << 16;
+std::atomic<uintptr_t> launched[launch_slots];
+
+bool first_launch(const void* f) {
+  const uintptr_t key = reinterpret_cast<uintptr_t>(f);
+  if (key == 0) return false;
+  size_t i = static_cast<size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 48) & (launch_slots - 1);
+  for (int probes = 0; probes < 64; ++probes, i = (i + 1) & (launch_slots - 1)) {
+    uintptr_t seen = launched[i].load(std::memory_order_relaxed);
+    if (seen == key) return false;
+    if (seen == 0) {
+      if (launched[i].compare_exchange_strong(seen, key, std::memory_order_relaxed)) return true;
+      if (seen == key) return false;
+    }
+  }
+  return false;
+}
+
+// A first launch, measured (Note [Context memory]): the thread's capture mode relaxed while the device's used
+// bytes are read, so that a stream being captured is not invalidated by the reading.
+template <class Launch>
+CUresult measured_launch(const void* f, Launch launch) {
+  if (recording || !first_launch(f)) return launch();
+  static const auto exchange = reinterpret_cast<PFN_cuThreadExchangeStreamCaptureMode_v10010>(
+      driver_symbol("cuThreadExchangeStreamCaptureMode"));
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const bool relaxed = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
+  const measure m(current_device());
+  CUstreamCaptureMode theirs = mode;
+  if (relaxed) (void)exchange(&theirs);  // the caller's mode for the launch itself
+  const CUresult r = launch();
+  mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (relaxed) (void)exchange(&mode);
+  m.took(r, f, "module (lazy load)");
+  if (relaxed) (void)exchange(&mode);
+  return r;
+}
 
 // The primary context of each device that was recorded, so that its last release can forget it.
 constexpr int most_devices = 64;
@@ -614,4 +667,34 @@ TRACEPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   TRACEPOOL_REAL(cuLibraryUnload);
   gone(library);
   return driver(library);
+}
+
+// ---- First launches (Note [Context memory]: lazy loading) --------------------------------------------------
+
+TRACEPOOL_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                                         unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                                         unsigned int shared, CUstream stream, void** params, void** extra) {
+  TRACEPOOL_REAL(cuLaunchKernel);
+  return measured_launch(f, [&] {
+    return driver(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, params, extra);
+  });
+}
+
+TRACEPOOL_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                                              unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                                              unsigned int shared, CUstream stream, void** params, void** extra) {
+  TRACEPOOL_REAL(cuLaunchKernel_ptsz);
+  return measured_launch(f, [&] {
+    return driver(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, params, extra);
+  });
+}
+
+TRACEPOOL_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  TRACEPOOL_REAL(cuLaunchKernelEx);
+  return measured_launch(f, [&] { return driver(config, f, params, extra); });
+}
+
+TRACEPOOL_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  TRACEPOOL_REAL(cuLaunchKernelEx_ptsz);
+  return measured_launch(f, [&] { return driver(config, f, params, extra); });
 }

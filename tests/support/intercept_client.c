@@ -10,6 +10,8 @@
  *             (load_kernels); with "release" after it, releases the context twice: it is gone
  *   atexit    keeps 2 MiB, and frees 3 MiB in an atexit handler and 1 MiB in a destructor, both running
  *             after the report at exit is written (registered first, they run last)
+ *   launch    launches one function twice and another once (run_kernels): the stand-in loads each one's
+ *             code (2 MiB) at its first launch, as lazy loading does
  *   oom       keeps 3 MiB (keep_some), then asks for 64 GiB, more than the device has (ask_too_much)
  *   bench N   N pairs of cuMemAlloc(64 KiB) + cuMemFree through the runtime's way after a warm-up; prints ns
  *             per pair (tests/bench/intercept_bench.py: what the interposer adds to each pair)
@@ -179,6 +181,20 @@ KEEP static int allocate_for_exit(void) {
   return mem_alloc(&freed_at_exit, 3u << 20) || mem_alloc(&freed_by_destructor, 1u << 20) || mem_alloc(&kept, 2u << 20);
 }
 
+typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                         void**);
+
+KEEP static int run_kernels(void) {
+  launch_fn launch = (launch_fn)entry("cuLaunchKernel");
+  static char first, second; /* two functions' handles */
+  if (launch == NULL) return 1;
+  for (int i = 0; i < 2; ++i)
+    if (launch(&first, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) return 1;
+  if (launch(&second, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) return 1;
+  printf("launch: 3 launches of 2 functions\n");
+  return 0;
+}
+
 KEEP static int keep_some(void) {
   unsigned long long kept = 0;
   return mem_alloc(&kept, 3u << 20);
@@ -204,6 +220,7 @@ int main(int argc, char** argv) {
     return leak_through_runtime() || leak_through_legacy_resolver() || leak_through_dlsym();
   if (strcmp(argv[1], "threads") == 0) return threads();
   if (strcmp(argv[1], "oom") == 0) return keep_some() || ask_too_much();
+  if (strcmp(argv[1], "launch") == 0) return run_kernels();
   if (strcmp(argv[1], "bench") == 0 && argc == 3) {
     const long n = atol(argv[2]);
     unsigned long long p = 0;

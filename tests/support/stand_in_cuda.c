@@ -236,6 +236,28 @@ EXPORT CUresult cuModuleLoadData(void** module, const void* image) {
   return r;
 }
 EXPORT CUresult cuModuleUnload(void* module) { return release((CUdeviceptr)(uintptr_t)module); }
+
+/* Lazy loading: the first launch of a function loads its code, 2 MiB of the device, kept; later launches run
+ * nothing (there is no device to run on). A function is any non-NULL handle. */
+enum { lazy_code_bytes = 2 << 20, most_functions = 64 };
+static const void* loaded_functions[most_functions]; /* under lock */
+
+EXPORT CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shared, CUstream stream, void** params, void** extra) {
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params, (void)extra;
+  if (f == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
+  pthread_mutex_lock(&lock);
+  int i = 0;
+  while (i < most_functions && loaded_functions[i] != NULL && loaded_functions[i] != f) ++i;
+  const int load = i < most_functions && loaded_functions[i] == NULL && lazy_code_bytes <= total - allocated;
+  if (load) {
+    loaded_functions[i] = f;
+    allocated += lazy_code_bytes;
+  }
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
 #endif
 
 static const struct { CUresult code; const char* name; const char* text; } errors[] = {
@@ -296,6 +318,7 @@ static const struct { const char* name; void* fn; } table[] = {
     {"cuCtxPopCurrent", (void*)cuCtxPopCurrent_v2},
     {"cuModuleLoadData", (void*)cuModuleLoadData},
     {"cuModuleUnload", (void*)cuModuleUnload},
+    {"cuLaunchKernel", (void*)cuLaunchKernel},
 #endif
 };
 

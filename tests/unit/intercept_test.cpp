@@ -51,9 +51,18 @@ json site_of(const json& report, const std::string& function, const std::string&
   return json();
 }
 
+// The live bytes of every site whose stack holds `function` and whose innermost tag is `tag`.
 uint64_t bytes_at(const json& report, const std::string& function, const std::string& tag) {
-  const json site = site_of(report, function, tag);
-  return site.is_null() ? 0 : site["bytes"].get<uint64_t>();
+  uint64_t bytes = 0;
+  for (const json& e : report["leaks"]) {
+    if (e["tags"].empty() || e["tags"].back() != tag) continue;
+    for (const json& f : e["frames"])
+      if (f["function"].get<std::string>().find(function) != std::string::npos) {
+        bytes += e["bytes"].get<uint64_t>();
+        break;
+      }
+  }
+  return bytes;
 }
 
 TEST(Intercept, TheRuntimesWaysToTheDriverAreSeenAtTheirLines) {
@@ -156,6 +165,15 @@ TEST(Intercept, TheContextAndLoadedModulesAreMeasuredAtTheirLines) {
   EXPECT_EQ(bytes_at(r.report, "make_context", "outside the pool: CUDA context (primary)"), 96 * MiB) << r.report.dump(1);
   EXPECT_EQ(bytes_at(r.report, "load_kernels", "outside the pool: module (cuModuleLoadData)"), 4 * MiB);  // one unloaded
   EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 100 * MiB);
+}
+
+// Lazy loading: a function's code loads at its first launch, measured there; later launches take nothing.
+TEST(Intercept, CodeLoadedAtAFunctionsFirstLaunchIsMeasuredThere) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "launch"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.report.is_null()) << r.output;
+  EXPECT_EQ(bytes_at(r.report, "run_kernels", "outside the pool: module (lazy load)"), 4 * MiB) << r.report.dump(1);
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 4 * MiB);
 }
 
 TEST(Intercept, AContextReleasedForTheLastTimeIsGone) {
