@@ -378,10 +378,13 @@ def gpt2_cost_rows(work, rows):
         for name in (("plain", "intercept") if round_ % 2 == 0 else ("intercept", "plain")):
             if left() < 60:
                 break
-            args = [sys.executable, "-m", "tracepool", "run", "--no-holders", "-o", os.path.join(work, "gpt2.json")]
+            out_json = os.path.join(work, "gpt2_%s.json" % name)
+            args = [sys.executable, "-m", "tracepool", "run", "--no-holders", "-o", out_json]
             rc, out = sh(args + (["--intercept"] if name == "intercept" else []) + [script], timeout=150)
             if rc == 0 and "gpt2_ms " in out:
                 figures[name].append(float(out.split("gpt2_ms ")[1].split()[0]))
+    if os.path.exists(os.path.join(work, "gpt2_intercept.json")):  # the driver's figure after a training run, split
+        accounting_row(rows, "intercept: GPT-2 training + plugin", json.load(open(os.path.join(work, "gpt2_intercept.json"))))
     plain, inter = figures["plain"], figures["intercept"]
     if len(plain) < 2 or len(inter) < 2:
         rows.append("SKIP|intercept: GPT-2 step cost|too few processes ran (%d, %d)" % (len(plain), len(inter)))
