@@ -17,7 +17,10 @@
 // A pointer's exported name (dladdr) says which function it is, hence its ABI: the driver answers
 // "cuMemAlloc" with cuMemAlloc_v2, and "cuMemAllocAsync" with cuMemAllocAsync_ptsz for a per-thread
 // stream caller; each has a wrapper of its own with exactly its signature, and a name we do not wrap
-// passes through as the driver gave it. We never answer for a symbol the driver lacks.
+// passes through as the driver gave it. A resolver never answers for a symbol the driver lacks (the names we
+// export exist whatever the driver has: a program linked against a driver without one gets
+// CUDA_ERROR_NOT_FOUND from it). Lookups by RTLD_DEFAULT and RTLD_NEXT are glibc's alone, in the caller's
+// scope: RTLD_DEFAULT finds our exported names first.
 //
 // Every call passes through unchanged: the caller's arguments go to the driver's function and its result
 // comes back as is. A call that fails records nothing; one the driver refused for want of memory makes
@@ -29,9 +32,9 @@
 // The pool is counted once: a lookup made from inside libtracepool.so (its CUDA backend loading the
 // driver) gets the driver's own pointers, so the segments tracepool takes are the pool's, not "outside".
 //
-// What it does not see, and says so in docs/intercept.md: memory no entry point hands out (the context,
-// loaded modules: Note [Context memory] is issue 34's item 3), graph memory allocated at launch, and
-// callers that bypass dlsym (dlvsym, dlmopen namespaces).
+// The context and loaded modules, which no entry point hands out, are measured (Note [Context memory]). What
+// it does not see, and says so in docs/intercept.md: graph memory allocated at launch, code loaded by launches
+// through other entry points, and callers that bypass dlsym (dlvsym, dlmopen namespaces).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
@@ -67,6 +70,7 @@
   X(cuMemRelease)                  \
   X(cuDevicePrimaryCtxRetain)      \
   X(cuDevicePrimaryCtxRelease_v2)  \
+  X(cuDevicePrimaryCtxReset_v2)    \
   X(cuCtxCreate_v2)                \
   X(cuCtxCreate_v4)                \
   X(cuCtxDestroy_v2)               \
@@ -143,18 +147,44 @@ dlsym_fn real_dlsym() noexcept {
   std::abort();
 }
 
+// Values found once. Never a function-local static initialised by a call: its guard would be held across
+// dlopen, dladdr or dlsym, which take the loader's lock, and a thread inside dlopen whose library's constructor
+// reaches the interposer would wait for the guard while its holder waits for the loader. Threads that race
+// here find the same value twice. `none` stands for "looked for, not there".
+char none_object;
+void* const none = &none_object;
+
+template <class Find>
+void* found_once(std::atomic<void*>* slot, Find find) {
+  void* p = slot->load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = find();
+    if (p == nullptr) p = none;
+    slot->store(p, std::memory_order_release);
+  }
+  return p == none ? nullptr : p;
+}
+
+std::atomic<void*> driver_handle{nullptr};
+
 void* driver_library() {
-  static void* const library = [] {
+  return found_once(&driver_handle, [] {
     void* l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     return l != nullptr ? l : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  }();
-  return library;
+  });
 }
 
 void* driver_symbol(const char* name) {
   void* library = driver_library();
   return library != nullptr ? real_dlsym()(library, name) : nullptr;
 }
+
+// A driver function the interposer calls itself (the driver's own, never a wrapper), found once.
+#define TRACEPOOL_DRIVER_FUNCTION(type, name)                                             \
+  ([]() -> type {                                                                          \
+    static std::atomic<void*> slot{nullptr};                                               \
+    return reinterpret_cast<type>(found_once(&slot, [] { return driver_symbol(name); })); \
+  }())
 
 template <class F>
 F real(entry e) {
@@ -166,20 +196,20 @@ F real(entry e) {
   return reinterpret_cast<F>(p);
 }
 
+// Where a library was loaded: the one holding `address`.
+void* base_of(const void* address) {
+  Dl_info info{};
+  return dladdr(address, &info) != 0 ? info.dli_fbase : nullptr;
+}
+
+std::atomic<void*> self_slot{nullptr}, tracepool_slot{nullptr};
+
 const void* self_base() {
-  static const void* const base = [] {
-    Dl_info info{};
-    return dladdr(reinterpret_cast<void*>(&real_dlsym), &info) != 0 ? info.dli_fbase : nullptr;
-  }();
-  return base;
+  return found_once(&self_slot, [] { return base_of(reinterpret_cast<const void*>(&real_dlsym)); });
 }
 
 const void* tracepool_base() {
-  static const void* const base = [] {
-    Dl_info info{};
-    return dladdr(reinterpret_cast<void*>(&tracepool_default), &info) != 0 ? info.dli_fbase : nullptr;
-  }();
-  return base;
+  return found_once(&tracepool_slot, [] { return base_of(reinterpret_cast<const void*>(&tracepool_default)); });
 }
 
 // TRACEPOOL_INTERCEPT_LOG=1: a line on stderr for each lookup the interposer answers and each call it
@@ -225,9 +255,11 @@ void say_once(std::atomic<bool>* said, const char* what, const char* detail) {
   if (!said->exchange(true)) std::fprintf(stderr, "tracepool: intercept: %s%s\n", what, detail);
 }
 
+std::atomic<bool> frames_registered{false};
+
 tracepool_t* instance() {
   // Our frames are tracepool's, not the caller's: the reports' stacks begin at the driver call.
-  [[maybe_unused]] static const int registered = tracepool_add_bindings_module(reinterpret_cast<const void*>(&real_dlsym));
+  if (!frames_registered.exchange(true)) (void)tracepool_add_bindings_module(reinterpret_cast<const void*>(&real_dlsym));
   tracepool_t* tp = tracepool_default();
   static std::atomic<bool> said{false};
   if (tp == nullptr) say_once(&said, "driver allocations are not recorded: ", tracepool_last_error());
@@ -235,7 +267,7 @@ tracepool_t* instance() {
 }
 
 int current_device() {
-  static const auto get = reinterpret_cast<PFN_cuCtxGetDevice_v2000>(driver_symbol("cuCtxGetDevice"));
+  const auto get = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxGetDevice_v2000, "cuCtxGetDevice");
   static std::atomic<bool> said{false};
   CUdevice device = 0;
   if (get == nullptr) say_once(&said, "the driver has no cuCtxGetDevice: its allocations are put on device 0", "");
@@ -291,21 +323,31 @@ const void* as_pointer(CUdeviceptr p) { return reinterpret_cast<const void*>(sta
 // what it took is recorded as observed memory at the line that made the call, under the context's or
 // module's handle, until its release. The figure is the whole device's, so another process allocating at
 // that moment is counted in; growth smaller than the driver's 2 MiB pages shows as nothing. Kernels that
-// lazy loading (CUDA_MODULE_LOADING=LAZY, the default) loads at their first launch are not measured: they
-// stay in the report's unexplained rest.
+// lazy loading (CUDA_MODULE_LOADING=LAZY, the default) loads at their first launch are measured there (below).
 // Lazy loading (the default since CUDA 12.2) loads a kernel's code when it is first launched, inside that
 // launch: the first launch of each function through cuLaunchKernel or cuLaunchKernelEx is measured the same
 // way, with the thread's capture mode relaxed for the measuring (a stream being captured must not be
 // invalidated by it), and what it took is recorded under the function's handle as "module (lazy load)".
 // Every later launch costs a lookup in a table of the functions seen (first_launch).
+// Limits: a module's lazily loaded code stays recorded after the module is unloaded or its context destroyed
+// (nothing maps a function to its module), and a function that reuses a freed one's address is not measured
+// again; the modules of a context are not forgotten with it.
+
+// Whether `device`'s primary context is active (retained by someone); -1 where the driver cannot say.
+int primary_active(CUdevice device) {
+  const auto state = TRACEPOOL_DRIVER_FUNCTION(PFN_cuDevicePrimaryCtxGetState_v7000, "cuDevicePrimaryCtxGetState");
+  unsigned int flags = 0;
+  int active = 0;
+  return state != nullptr && state(device, &flags, &active) == CUDA_SUCCESS ? active != 0 : -1;
+}
 
 // The device's used bytes, or SIZE_MAX where they cannot be told (the caller records nothing then): the
 // driver's own count where this thread's current context is on `device` and can tell, else tracepool's (NVML
 // where the process has no context there).
 size_t used_on(int device) {
-  static const auto get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(driver_symbol("cuCtxGetCurrent"));
-  static const auto get_device = reinterpret_cast<PFN_cuCtxGetDevice_v2000>(driver_symbol("cuCtxGetDevice"));
-  static const auto get_info = reinterpret_cast<PFN_cuMemGetInfo_v3020>(driver_symbol("cuMemGetInfo_v2"));
+  const auto get_current = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxGetCurrent_v4000, "cuCtxGetCurrent");
+  const auto get_device = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxGetDevice_v2000, "cuCtxGetDevice");
+  const auto get_info = TRACEPOOL_DRIVER_FUNCTION(PFN_cuMemGetInfo_v3020, "cuMemGetInfo_v2");
   CUcontext current = nullptr;
   CUdevice on = -1;
   size_t free_bytes = 0, total = 0;
@@ -317,6 +359,25 @@ size_t used_on(int device) {
     if (logging()) std::fprintf(stderr, "tracepool: intercept: device %d: cuMemGetInfo in context %p: %d\n", device, current, r);
     if (r == CUDA_SUCCESS && free_bytes <= total) return total - free_bytes;
   }
+  // The device's primary context is there (another thread's, or this thread's context cannot answer): read it
+  // from inside that context, taking and giving back a reference, so that nothing stays retained.
+  const auto retain = TRACEPOOL_DRIVER_FUNCTION(PFN_cuDevicePrimaryCtxRetain_v7000, "cuDevicePrimaryCtxRetain");
+  const auto release = TRACEPOOL_DRIVER_FUNCTION(PFN_cuDevicePrimaryCtxRelease_v11000, "cuDevicePrimaryCtxRelease_v2");
+  const auto push = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPushCurrent_v4000, "cuCtxPushCurrent_v2");
+  const auto pop = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPopCurrent_v4000, "cuCtxPopCurrent_v2");
+  CUcontext primary = nullptr;
+  if (primary_active(device) == 1 && retain != nullptr && release != nullptr && push != nullptr && pop != nullptr &&
+      get_info != nullptr && retain(&primary, device) == CUDA_SUCCESS) {
+    CUresult r = push(primary);
+    if (r == CUDA_SUCCESS) {
+      r = get_info(&free_bytes, &total);
+      CUcontext popped = nullptr;
+      (void)pop(&popped);
+    }
+    (void)release(device);
+    return r == CUDA_SUCCESS && free_bytes <= total ? total - free_bytes : SIZE_MAX;
+  }
+  // No context on the device in this process: tracepool asks NVML, which makes none.
   tracepool_t* tp = instance();
   const int rc = tp != nullptr ? tracepool_mem_get_info(tp, device, &free_bytes, &total) : -1;
   if (logging())
@@ -342,8 +403,8 @@ struct measure {
   // made current yet), so that the driver's own count is read and tracepool retains nothing.
   void took(CUresult r, const void* handle, const char* source, CUcontext current = nullptr) const {
     if (r != CUDA_SUCCESS || handle == nullptr || before == SIZE_MAX || recording) return;
-    static const auto push = reinterpret_cast<PFN_cuCtxPushCurrent_v4000>(driver_symbol("cuCtxPushCurrent_v2"));
-    static const auto pop = reinterpret_cast<PFN_cuCtxPopCurrent_v4000>(driver_symbol("cuCtxPopCurrent_v2"));
+    const auto push = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPushCurrent_v4000, "cuCtxPushCurrent_v2");
+    const auto pop = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPopCurrent_v4000, "cuCtxPopCurrent_v2");
     recording = true;
     const bool pushed = current != nullptr && push != nullptr && pop != nullptr && push(current) == CUDA_SUCCESS;
     const size_t after = used_on(device);
@@ -382,8 +443,7 @@ bool first_launch(const void* f) {
 template <class Launch>
 CUresult measured_launch(const void* f, Launch launch) {
   if (recording || !first_launch(f)) return launch();
-  static const auto exchange = reinterpret_cast<PFN_cuThreadExchangeStreamCaptureMode_v10010>(
-      driver_symbol("cuThreadExchangeStreamCaptureMode"));
+  const auto exchange = TRACEPOOL_DRIVER_FUNCTION(PFN_cuThreadExchangeStreamCaptureMode_v10010, "cuThreadExchangeStreamCaptureMode");
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   const bool relaxed = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
   const measure m(current_device());
@@ -392,6 +452,7 @@ CUresult measured_launch(const void* f, Launch launch) {
   const CUresult r = launch();
   mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (relaxed) (void)exchange(&mode);
+  gone(f);  // a record left at this address by an unloaded function (Note [Context memory]'s limits)
   m.took(r, f, "module (lazy load)");
   if (relaxed) (void)exchange(&mode);
   return r;
@@ -418,11 +479,13 @@ __attribute__((noinline)) void* driver_lookup(void* handle, const char* name, co
 
 }  // namespace
 
-// Any other lookup (RTLD_NEXT, or a name that is not the driver's) is glibc's alone, by a tail call, so
-// that glibc sees the caller's own return address: RTLD_NEXT is relative to it. dlsym has no local of its
-// own for that reason, and intercept.cpp is always compiled with optimisation (CMakeLists.txt).
+// Any other lookup is glibc's alone, by a tail call, so that glibc sees the caller's own return address:
+// RTLD_NEXT and RTLD_DEFAULT are resolved in the caller's scope (a library loaded RTLD_LOCAL finds its own
+// dependencies), and RTLD_DEFAULT finds our exported wrappers first anyway. dlsym has no local of its own
+// for that reason, and intercept.cpp is always compiled with optimisation (CMakeLists.txt).
 TRACEPOOL_EXPORT void* dlsym(void* __restrict handle, const char* __restrict name) noexcept {
-  if (handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u') return driver_lookup(handle, name, __builtin_return_address(0));
+  if (handle != RTLD_NEXT && handle != RTLD_DEFAULT && name[0] == 'c' && name[1] == 'u')
+    return driver_lookup(handle, name, __builtin_return_address(0));
   return real_dlsym()(handle, name);
 }
 
@@ -570,13 +633,6 @@ TRACEPOOL_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 
 // ---- Contexts and modules (Note [Context memory]) ----------------------------------------------------------
 
-// Whether `device`'s primary context is active (retained by someone); -1 where the driver cannot say.
-int primary_active(CUdevice device) {
-  static const auto state = reinterpret_cast<PFN_cuDevicePrimaryCtxGetState_v7000>(driver_symbol("cuDevicePrimaryCtxGetState"));
-  unsigned int flags = 0;
-  int active = 0;
-  return state != nullptr && state(device, &flags, &active) == CUDA_SUCCESS ? active != 0 : -1;
-}
 
 // Only the retain that makes the primary context is measured; later ones (a reference more) take nothing.
 TRACEPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
@@ -601,11 +657,18 @@ TRACEPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   return r;
 }
 
+// cudaDeviceReset: the primary context goes whatever its references.
+TRACEPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) {
+  TRACEPOOL_REAL(cuDevicePrimaryCtxReset_v2);
+  if (device >= 0 && device < most_devices) gone(primary_contexts[device].exchange(nullptr));
+  return driver(device);
+}
+
 TRACEPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device) {
   TRACEPOOL_REAL(cuCtxCreate_v2);
   const measure m(device);
   const CUresult r = driver(context, flags, device);
-  if (context != nullptr) m.took(r, *context, "CUDA context (cuCtxCreate)");
+  if (r == CUDA_SUCCESS && context != nullptr) m.took(r, *context, "CUDA context (cuCtxCreate)");
   return r;
 }
 
@@ -613,7 +676,7 @@ TRACEPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext* context, CUctxCreateParams* 
   TRACEPOOL_REAL(cuCtxCreate_v4);
   const measure m(device);
   const CUresult r = driver(context, params, flags, device);
-  if (context != nullptr) m.took(r, *context, "CUDA context (cuCtxCreate)");
+  if (r == CUDA_SUCCESS && context != nullptr) m.took(r, *context, "CUDA context (cuCtxCreate)");
   return r;
 }
 
@@ -627,7 +690,7 @@ TRACEPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext context) {
   TRACEPOOL_REAL(name);                               \
   const measure m(current_device());                  \
   const CUresult r = driver(handle, __VA_ARGS__);     \
-  if (handle != nullptr) m.took(r, *handle, "module (" #name ")"); \
+  if (r == CUDA_SUCCESS && handle != nullptr) m.took(r, *handle, "module (" #name ")"); \
   return r
 
 TRACEPOOL_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* path) { TRACEPOOL_LOAD(cuModuleLoad, module, path); }

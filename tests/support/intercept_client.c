@@ -16,6 +16,8 @@
  *   bench N   N pairs of cuMemAlloc(64 KiB) + cuMemFree through the runtime's way after a warm-up; prints ns
  *             per pair (tests/bench/intercept_bench.py: what the interposer adds to each pair)
  *   next      dlsym(RTLD_NEXT, ...) from a library loaded after the interposer still finds the next one
+ *   local P   dlsym(RTLD_DEFAULT, ...) from the library at P, loaded RTLD_LOCAL, still finds its own dependency's
+ *             entry point (local_probe.c)
  * Prints one line per step; exits 0 when every step went as the line says. Entry points the driver lacks
  * (the minimal stand-in) are said and skipped. */
 #define _GNU_SOURCE
@@ -211,6 +213,13 @@ int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "next") == 0) {
     const int ok = tracepool_next_probe();
     printf("RTLD_NEXT: %s\n", ok ? "the next library's" : "wrong");
+    return ok ? 0 : 1;
+  }
+  if (argc == 3 && strcmp(argv[1], "local") == 0) {
+    void* probe = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    int (*local)(void) = probe != NULL ? (int (*)(void))dlsym(probe, "tracepool_local_probe") : NULL;
+    const int ok = local != NULL && local();
+    printf("RTLD_DEFAULT from a local library: %s\n", ok ? "its own dependency's" : "not found");
     return ok ? 0 : 1;
   }
   if (argc < 2 || argc > 3 || open_driver() != 0) return 2;

@@ -1,6 +1,6 @@
 /* intercept_linked.c: a program linked against libcuda.so.1 (the full stand-in), as a CUDA C program built
  * with -lcuda is: its calls bind to the exported names, which the interposer defines first. Run by
- * tests/unit/intercept_test.cpp under the interposer. Keeps one block of each kind (in leak_linked) and
+ * tests/unit/intercept_test.cpp under the interposer. Keeps one block of each kind, 5 MiB by cuMemAllocHost (in leak_linked) and
  * frees one of each; exits 0 when every call succeeded. */
 #include <stdio.h>
 #include <string.h>
@@ -25,13 +25,14 @@ int cuMemRelease(unsigned long long handle);
 
 __attribute__((noinline)) static int leak_linked(void) {
   unsigned long long device = 0, managed = 0, pitched = 0, handle = 0, freed = 0;
-  void *pinned = NULL, *host = NULL;
+  void *pinned = NULL, *host = NULL, *kept_host = NULL;
   size_t pitch = 0;
   alloc_prop prop;
   memset(&prop, 0, sizeof prop);
   prop.location.type = 1;
   return cuMemAlloc_v2(&device, 1u << 20) || cuMemAllocManaged(&managed, 2u << 20, 1) ||
          cuMemAllocPitch_v2(&pitched, &pitch, 1000, 1024, 4) || cuMemHostAlloc(&pinned, 3u << 20, 0) ||
+         cuMemAllocHost_v2(&kept_host, 5u << 20) ||
          cuMemCreate(&handle, 4u << 20, &prop, 0) ||
          cuMemAlloc_v2(&freed, 7u << 20) || cuMemFree_v2(freed) || cuMemAllocHost_v2(&host, 7u << 20) ||
          cuMemFreeHost(host) || cuMemCreate(&freed, 7u << 20, &prop, 0) || cuMemRelease(freed);
@@ -39,6 +40,6 @@ __attribute__((noinline)) static int leak_linked(void) {
 
 int main(void) {
   if (cuInit(0) != 0 || leak_linked() != 0) return 1;
-  printf("linked: kept 1 MiB device, 2 MiB managed, 1 MiB pitched, 3 MiB pinned, 4 MiB by cuMemCreate\n");
+  printf("linked: kept 1 MiB device, 2 MiB managed, 1 MiB pitched, 3 + 5 MiB pinned, 4 MiB by cuMemCreate\n");
   return 0;
 }
