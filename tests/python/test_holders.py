@@ -383,19 +383,21 @@ def blocking_arrays(n, release, returned, entered=None):
 
 
 def test_a_search_blocked_in_an_objects_code_is_abandoned_at_its_budget():
-    release, returned = threading.Event(), []
+    release, returned, entered = threading.Event(), [], []
     addrs = addresses(1)
-    program = {"kept": [FakeArray(addrs[0])], "slow": blocking_arrays(3, release, returned)}
+    program = {"kept": [FakeArray(addrs[0])], "slow": blocking_arrays(3, release, returned, entered)}
     try:
         found = holders.find_holders(blocks_of(addrs), program, "train.py", budget_s=0.2)
-        returned_before = len(returned)
+        returned_before, entered_before = len(returned), len(entered)
     finally:
         release.set()
     assert returned_before == 0  # the search came back while every blocking call was still blocked
     assert not found["complete"]
     assert found["note"].startswith("time budget of 0.2 s spent while looking for objects that expose the blocks"), \
         found["note"]
-    assert "did not return" in found["note"]
+    # On a starved CPU (CI beside other builds) the budget can end before the search reaches the blocking
+    # objects: then nothing was left running, and the note rightly says no call did not return.
+    assert ("did not return" in found["note"]) == (entered_before > 0), (entered_before, found["note"])
 
 
 def wait_for_left_behind_search(seconds=30):
