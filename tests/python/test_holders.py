@@ -396,8 +396,9 @@ def test_a_search_blocked_in_an_objects_code_is_abandoned_at_its_budget():
     assert found["note"].startswith("time budget of 0.2 s spent while looking for objects that expose the blocks"), \
         found["note"]
     # On a starved CPU (CI beside other builds) the budget can end before the search reaches the blocking
-    # objects: then nothing was left running, and the note rightly says no call did not return.
-    assert ("did not return" in found["note"]) == (entered_before > 0), (entered_before, found["note"])
+    # objects: then no call was left running, and the note has none to name.
+    if entered_before:
+        assert "did not return" in found["note"], found["note"]
 
 
 def wait_for_left_behind_search(seconds=30):
