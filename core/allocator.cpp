@@ -157,6 +157,15 @@ status allocator::malloc(size_t size, int device, backend::stream_handle stream,
   return status::ok;
 }
 
+// The calling thread's site for memory got outside the pool: the source is the innermost tag, so that the
+// site is one of its own (Note [Observed memory]).
+status allocator::capture_observed(observed_kind kind, const char* source, size_t size, block_tag* out) {
+  if (status s = push_tag(observed_tag(kind, source).c_str()); s != status::ok) return s;
+  *out = tracer_->capture(size);
+  (void)pop_tag();
+  return status::ok;
+}
+
 status allocator::observe_alloc(const void* ptr, size_t size, int device, observed_kind kind, const char* source) {
   const char* what = "tracepool_observe_alloc";
   if (ptr == nullptr) return fail(status::invalid_argument, "%s: ptr is NULL", what);
@@ -169,11 +178,8 @@ status allocator::observe_alloc(const void* ptr, size_t size, int device, observ
   if (status s = check_source(what, source); s != status::ok) return s;
   if (live_.with_block(const_cast<void*>(ptr), [](block*) {}))
     return fail(status::invalid_argument, "%s: %p is a block of tracepool's own pool, counted there already", what, ptr);
-  // The source is the innermost tag, so that the block's site is one of its own (Note [Observed memory]).
-  const std::string tag = observed_tag(kind, source);
-  if (status s = push_tag(tag.c_str()); s != status::ok) return s;
-  const block_tag t = tracer_->capture(size);
-  (void)pop_tag();
+  block_tag t;
+  if (status s = capture_observed(kind, source, size, &t); s != status::ok) return s;
   const observed_block b{reinterpret_cast<uintptr_t>(ptr), size, device, kind, t.site, t.birth};
   if (status s = observed_.add(b); s != status::ok) return s;
   tracer_->on_alloc(block_event{ptr, size, size, device, nullptr, t.site, t.birth});
@@ -185,10 +191,8 @@ status allocator::observe_oom(size_t size, int device, const char* source) {
   if (status s = check_device(device); s != status::ok) return s;
   if (size == 0) return fail(status::invalid_argument, "%s: 0 bytes", what);
   if (status s = check_source(what, source); s != status::ok) return s;
-  // The failed request's site, tagged by its source as an observed block's is.
-  if (status s = push_tag(observed_tag(observed_kind::device, source).c_str()); s != status::ok) return s;
-  const block_tag t = tracer_->capture(size);
-  (void)pop_tag();
+  block_tag t;  // the failed request's site, tagged by its source as an observed block's is
+  if (status s = capture_observed(observed_kind::device, source, size, &t); s != status::ok) return s;
   (void)fail(status::out_of_memory, "%s: out of memory: %zu bytes on device %d refused outside tracepool's pool", source,
              size, device);
   return out_of_memory(device, size, nullptr, t.site);

@@ -147,6 +147,7 @@ class allocator final : public fork_participant {
   allocator(const config& cfg, std::unique_ptr<backend::backend> be, std::unique_ptr<tracer> tr,
             std::unique_ptr<history> h);
   status out_of_memory(int device, size_t size, backend::stream_handle stream, uint32_t site);
+  status capture_observed(observed_kind kind, const char* source, size_t size, block_tag* out);
   status check_device(int device) const;
   stream_pool* pool_of(int device, backend::stream_handle stream);
   status reject_free(void* ptr);
