@@ -590,6 +590,18 @@ int tracepool_add_bindings_module(const void* address) {
   });
 }
 
+int tracepool_thread_origin(tracepool_t* tp, uint64_t* out) {
+  return guarded("tracepool_thread_origin", [&] {
+    if (out == nullptr) return tracepool::fail(status::invalid_argument, "tracepool_thread_origin: out is NULL");
+    *out = 0;
+    if (status s = check_handle(tp, "tracepool_thread_origin"); s != status::ok) return s;
+    *out = tp->impl->call_sites().thread_origin();
+    return status::ok;
+  });
+}
+
+void tracepool_adopt_thread_origin(uint64_t origin) { core::tracer::adopt_thread_origin(origin); }
+
 int tracepool_write_exit_report(void) { return tracepool::capi::write_exit_report_once(); }
 
 const char* tracepool_status_string(int s) {

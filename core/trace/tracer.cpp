@@ -17,6 +17,15 @@ namespace {
 // Room for tracepool's own frames (capture, allocator, C API, plugin) above the caller's.
 constexpr size_t own_frames_room = 10;
 std::atomic<uint64_t> tracers_made{0};
+thread_local uint64_t adopted_origin = 0;  // tracer serial << 32 | site (Note [Thread origins])
+
+// A copy of `frames` borrowed frames, flagged so.
+script_frame* as_borrowed(const script_frame* frames, size_t n) {
+  auto* out = new script_frame[n];
+  for (size_t i = 0; i < n; ++i) out[i] = script_frame{frames[i].file, frames[i].function, frames[i].line,
+                                                       frames[i].flags | script_frame_borrowed};
+  return out;
+}
 }  // namespace
 
 status tracer::create(const config& cfg, std::unique_ptr<tracer>* out) {
@@ -67,14 +76,16 @@ uint32_t tracer::capture_site() {
   // The script frames first, past the room of the native ones, then moved down behind those kept.
   const size_t native_room = static_cast<size_t>(depth_) + own_frames_room;
   const uintptr_t* captured = raw + native_room;
-  const size_t script = captures_script(mode_) ? capture_script_frames(raw + native_room, script_depth_) : 0;
+  size_t script = captures_script(mode_) ? capture_script_frames(raw + native_room, script_depth_) : 0;
+  const script_frame* borrowed = nullptr;  // the description of an origin's frames, if borrowed
+  if (script == 0 && adopted_origin != 0 && captures_script(mode_)) script = borrow_origin(raw + native_room, &borrowed);
   const uint32_t generation = code_ranges_generation();  // the walk's key: what in_interpreter_loop tests
   size_t n = 0;
   uint64_t walk = 0;
   // capture:all ends the native walk at the interpreter loop when there are script frames to stand
   // for what lies beyond it (under CPython most of those native frames are the interpreter's own).
   // Without them (the provider off, or the interpreter finalising) the whole native stack is kept.
-  const bool stop = script != 0 && native_stops_at_script(mode_);
+  const bool stop = script != 0 && borrowed == nullptr && native_stops_at_script(mode_);
   const unwinder::stop_fn stop_at = stop ? in_interpreter_loop : nullptr;
   if (captures_native(mode_)) n = unwinder_.capture(raw, native_room, stop_at, generation, &walk);
   const recent_sites::key key{walk, word_hash(captured, script * words_per_script_frame), current_tags(),
@@ -93,17 +104,38 @@ uint32_t tracer::capture_site() {
   std::memmove(script_words, captured, script * words_per_script_frame * sizeof(uintptr_t));
   const uint32_t site =
       sites_.intern(raw + first, static_cast<uint32_t>(kept), static_cast<uint32_t>(script), key.tags);
-  // A new site's script frames are described now, while this thread still runs them.
+  // A new site's script frames are described now, while this thread still runs them (or copied
+  // from the origin that lent them).
   if (script != 0 && site != 0 && sites_.at(site).script.load(std::memory_order_acquire) == nullptr) {
     try {
-      if (script_frame* described = describe_script_frames(script_words, script); described != nullptr)
-        sites_.describe(site, described);
+      script_frame* described =
+          borrowed != nullptr ? as_borrowed(borrowed, script) : describe_script_frames(script_words, script);
+      if (described != nullptr) sites_.describe(site, described);
     } catch (const std::bad_alloc&) {
       // The site keeps its raw frames; reports show them as unknown.
     }
   }
   if (recent != nullptr && site != 0) recent->add(key, site);
   return site;
+}
+
+uint64_t tracer::thread_origin() {
+  const uint32_t site = capture_site();
+  if (site == 0 || sites_.at(site).script_depth == 0 || sites_.at(site).script.load(std::memory_order_acquire) == nullptr)
+    return 0;
+  return serial_ << 32 | site;
+}
+
+void tracer::adopt_thread_origin(uint64_t origin) { adopted_origin = origin; }
+
+size_t tracer::borrow_origin(uintptr_t* words, const script_frame** described) {
+  if (adopted_origin >> 32 != serial_) return 0;
+  const site_record& origin = sites_.at(static_cast<uint32_t>(adopted_origin));
+  *described = origin.script.load(std::memory_order_acquire);
+  if (*described == nullptr) return 0;  // never: thread_origin lends described sites only
+  const size_t n = std::min<size_t>(origin.script_depth, static_cast<size_t>(script_depth_));
+  std::memcpy(words, origin.frames.get() + origin.depth, n * words_per_script_frame * sizeof(uintptr_t));
+  return n;
 }
 
 int64_t tracer::weighted_bytes(size_t requested) const {

@@ -41,6 +41,20 @@ namespace tracepool::core {
 // made no marks of its own: those take precedence.
 inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread between two clock reads
 
+// Note [Thread origins]
+// Libraries start threads that never run an interpreter frame: NCCL's proxy threads, which allocate a
+// process group's buffers; XLA's, which grow JAX's arena; PyTorch's NCCL watchdog. What they allocate
+// has native frames only, inside the library, and no line of the program. A host that sees threads
+// start (the interposer, plugins/intercept, wraps pthread_create) takes the starting thread's site then
+// (thread_origin), and the new thread adopts it before its start routine runs (adopt_thread_origin). A
+// capture on that thread that finds no script frames of its own borrows the origin's, flagged borrowed,
+// as the thread's outermost callers: NCCL's buffers are then at the line that made the process group.
+// The origin passes on to the threads such a thread starts, since their starting site borrows it too;
+// threads with frames of their own (Python's) never use it. The borrowed description is copied from
+// the origin site's, made while its thread ran those frames: the provider is never asked to describe
+// them on a thread that does not run them. What a thread does after it started is not followed: work
+// it takes from a queue is still charged to where it was started.
+
 
 class tracer final : public observer {
  public:
@@ -50,6 +64,12 @@ class tracer final : public observer {
   // The calling thread's call site, never sampled out (0 when capture is off): names things other
   // than blocks, such as a private pool's creator.
   uint32_t capture_site();
+  // Where the calling thread stands, for a thread it is starting (Note [Thread origins]): this
+  // tracer's serial and a site, or 0 when there are no script frames to lend.
+  uint64_t thread_origin();
+  // Captures on the calling thread that find no script frames of their own borrow those of
+  // `origin` (from thread_origin of any tracer: another tracer's is ignored; 0 forgets it).
+  static void adopt_thread_origin(uint64_t origin);
   // Marks always; allocations and frees only when sites are captured (else every site is 0).
   unsigned events() const override {
     return mode_ == capture_mode::off ? mark_events : alloc_events | free_events | freed_events | mark_events;
@@ -100,6 +120,8 @@ class tracer final : public observer {
  private:
   tracer(const config& cfg, const unwinder& u);
   size_t strip_own_frames(const uintptr_t* frames, size_t n) const;
+  // The calling thread's origin's script frames, copied into `words`; *described, their description.
+  size_t borrow_origin(uintptr_t* words, const script_frame** described);
 
   const capture_mode mode_;
   const int depth_;

@@ -1,6 +1,6 @@
-// intercept.cpp: libtracepool_intercept.so, the interposer (Note [Interposer]). It has no header: a
-// process loads it with LD_PRELOAD (python -m tracepool run --intercept), and it exports only dlsym and
-// the driver's own names (intercept.map).
+// intercept.cpp: libtracepool_intercept.so, the interposer (Note [Interposer]). It has no public header: a
+// process loads it with LD_PRELOAD (python -m tracepool run --intercept), and it exports only dlsym,
+// pthread_create and the driver's own names (intercept.map).
 //
 // Note [Interposer]
 // It sees each allocation a process makes through the CUDA driver API, however the call was bound, and
@@ -14,6 +14,8 @@
 //     cudaGetDriverEntryPoint go through: the real resolver answers, and a pointer it returns is replaced
 //     by our wrapper of it where we have one;
 //   - the same names, exported here, for programs linked against libcuda (-lcuda).
+// A fourth seam, pthread_create (thread_origins.cpp), charges the threads a library starts to the line that
+// started them (Note [Thread origins] in core/trace/tracer.h).
 // A pointer's exported name (dladdr) says which function it is, hence its ABI: the driver answers
 // "cuMemAlloc" with cuMemAlloc_v2, and "cuMemAllocAsync" with cuMemAllocAsync_ptsz for a per-thread
 // stream caller; each has a wrapper of its own with exactly its signature, and a name we do not wrap
@@ -45,6 +47,7 @@
 #include <cstdio>
 #include <initializer_list>
 
+#include "intercept.h"
 #include "tracepool/tracepool.h"
 
 #undef cuGetProcAddress  // cuda.h maps it to cuGetProcAddress_v2; we define both ABIs
@@ -85,7 +88,18 @@
   X(cuLaunchKernel)                \
   X(cuLaunchKernel_ptsz)           \
   X(cuLaunchKernelEx)              \
-  X(cuLaunchKernelEx_ptsz)
+  X(cuLaunchKernelEx_ptsz)         \
+  X(cuFuncGetAttribute)            \
+  X(cuFuncSetAttribute)            \
+  X(cuFuncSetCacheConfig)          \
+  X(cuFuncLoad)                    \
+  X(cuKernelGetFunction)           \
+  X(cuKernelGetAttribute)          \
+  X(cuKernelSetAttribute)          \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
+  X(cuCtxEnablePeerAccess)         \
+  X(cuCtxDisablePeerAccess)
 
 #define TRACEPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -247,8 +261,7 @@ void* substitute(void* p, const char* asked) {
 
 // ---- Recording ----------------------------------------------------------------------------------------
 
-// This thread is inside tracepool, recording: its driver calls pass straight through.
-__attribute__((tls_model("initial-exec"))) thread_local bool recording = false;
+using tracepool::intercept::recording;
 
 // One line on stderr, the first time `what` happens in this process.
 void say_once(std::atomic<bool>* said, const char* what, const char* detail) {
@@ -256,6 +269,7 @@ void say_once(std::atomic<bool>* said, const char* what, const char* detail) {
 }
 
 std::atomic<bool> frames_registered{false};
+std::atomic<tracepool_t*> recorded{nullptr};
 
 tracepool_t* instance() {
   // Our frames are tracepool's, not the caller's: the reports' stacks begin at the driver call.
@@ -263,6 +277,7 @@ tracepool_t* instance() {
   tracepool_t* tp = tracepool_default();
   static std::atomic<bool> said{false};
   if (tp == nullptr) say_once(&said, "driver allocations are not recorded: ", tracepool_last_error());
+  else recorded.store(tp, std::memory_order_release);
   return tp;
 }
 
@@ -324,11 +339,15 @@ const void* as_pointer(CUdeviceptr p) { return reinterpret_cast<const void*>(sta
 // module's handle, until its release. The figure is the whole device's, so another process allocating at
 // that moment is counted in; growth smaller than the driver's 2 MiB pages shows as nothing. Kernels that
 // lazy loading (CUDA_MODULE_LOADING=LAZY, the default) loads at their first launch are measured there (below).
-// Lazy loading (the default since CUDA 12.2) loads a kernel's code when it is first launched, inside that
-// launch: the first launch of each function through cuLaunchKernel or cuLaunchKernelEx is measured the same
-// way, with the thread's capture mode relaxed for the measuring (a stream being captured must not be
-// invalidated by it), and what it took is recorded under the function's handle as "module (lazy load)".
-// Every later launch costs a lookup in a table of the functions seen (first_launch).
+// Lazy loading (the default since CUDA 12.2) loads a kernel's code when it is first used, inside that call:
+// its launch (cuLaunchKernel, cuLaunchKernelEx), or a question that needs its code (cuFuncGetAttribute and
+// the other cuFunc*, cuKernel* and occupancy calls below: NCCL asks every kernel of its own for its
+// attributes as a communicator is made, which loads them all, ~100 MiB on an H100). The first such use of
+// each function is measured the same way, with the thread's capture mode relaxed for the measuring (a stream
+// being captured must not be invalidated by it), and what it took is recorded under the function's handle
+// as "module (lazy load)". Every later use costs a lookup in a table of the functions seen (first_use).
+// Enabling peer access to another context maps that device's memory here, and is measured as well ("peer
+// access"), until access is disabled again.
 // Limits: a module's lazily loaded code stays recorded after the module is unloaded or its context destroyed
 // (nothing maps a function to its module), and a function that reuses a freed one's address is not measured
 // again; the modules of a context are not forgotten with it.
@@ -418,12 +437,12 @@ struct measure {
   }
 };
 
-// Whether `f` is launched here for the first time: a lock-free set of the functions seen, 64k slots (512 KiB),
+// Whether `f` is used here for the first time: a lock-free set of the functions seen, 64k slots (512 KiB),
 // open addressing. A function that finds its neighbourhood full is treated as seen (not measured).
 constexpr size_t launch_slots = size_t{1} << 16;
 std::atomic<uintptr_t> launched[launch_slots];
 
-bool first_launch(const void* f) {
+bool first_use(const void* f) {
   const uintptr_t key = reinterpret_cast<uintptr_t>(f);
   if (key == 0) return false;
   size_t i = static_cast<size_t>((key >> 4) * 0x9E3779B97F4A7C15ull >> 48) & (launch_slots - 1);
@@ -438,18 +457,18 @@ bool first_launch(const void* f) {
   return false;
 }
 
-// A first launch, measured (Note [Context memory]): the thread's capture mode relaxed while the device's used
-// bytes are read, so that a stream being captured is not invalidated by the reading.
-template <class Launch>
-CUresult measured_launch(const void* f, Launch launch) {
-  if (recording || !first_launch(f)) return launch();
+// A function's first use, measured (Note [Context memory]): the thread's capture mode relaxed while the
+// device's used bytes are read, so that a stream being captured is not invalidated by the reading.
+template <class Use>
+CUresult measured_first_use(const void* f, Use use) {
+  if (recording || !first_use(f)) return use();
   const auto exchange = TRACEPOOL_DRIVER_FUNCTION(PFN_cuThreadExchangeStreamCaptureMode_v10010, "cuThreadExchangeStreamCaptureMode");
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   const bool relaxed = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
   const measure m(current_device());
   CUstreamCaptureMode theirs = mode;
-  if (relaxed) (void)exchange(&theirs);  // the caller's mode for the launch itself
-  const CUresult r = launch();
+  if (relaxed) (void)exchange(&theirs);  // the caller's mode for the call itself
+  const CUresult r = use();
   mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (relaxed) (void)exchange(&mode);
   gone(f);  // a record left at this address by an unloaded function (Note [Context memory]'s limits)
@@ -478,6 +497,11 @@ __attribute__((noinline)) void* driver_lookup(void* handle, const char* name, co
 }
 
 }  // namespace
+
+namespace tracepool::intercept {
+__attribute__((tls_model("initial-exec"))) thread_local bool recording = false;
+tracepool_t* recorded_instance() { return recorded.load(std::memory_order_acquire); }
+}  // namespace tracepool::intercept
 
 // Any other lookup is glibc's alone, by a tail call, so that glibc sees the caller's own return address:
 // RTLD_NEXT and RTLD_DEFAULT are resolved in the caller's scope (a library loaded RTLD_LOCAL finds its own
@@ -732,13 +756,13 @@ TRACEPOOL_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   return driver(library);
 }
 
-// ---- First launches (Note [Context memory]: lazy loading) --------------------------------------------------
+// ---- First uses of a function (Note [Context memory]: lazy loading) -----------------------------------------
 
 TRACEPOOL_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                                          unsigned int block_x, unsigned int block_y, unsigned int block_z,
                                          unsigned int shared, CUstream stream, void** params, void** extra) {
   TRACEPOOL_REAL(cuLaunchKernel);
-  return measured_launch(f, [&] {
+  return measured_first_use(f, [&] {
     return driver(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, params, extra);
   });
 }
@@ -747,17 +771,91 @@ TRACEPOOL_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int grid_x,
                                               unsigned int block_x, unsigned int block_y, unsigned int block_z,
                                               unsigned int shared, CUstream stream, void** params, void** extra) {
   TRACEPOOL_REAL(cuLaunchKernel_ptsz);
-  return measured_launch(f, [&] {
+  return measured_first_use(f, [&] {
     return driver(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, params, extra);
   });
 }
 
 TRACEPOOL_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   TRACEPOOL_REAL(cuLaunchKernelEx);
-  return measured_launch(f, [&] { return driver(config, f, params, extra); });
+  return measured_first_use(f, [&] { return driver(config, f, params, extra); });
 }
 
 TRACEPOOL_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   TRACEPOOL_REAL(cuLaunchKernelEx_ptsz);
-  return measured_launch(f, [&] { return driver(config, f, params, extra); });
+  return measured_first_use(f, [&] { return driver(config, f, params, extra); });
+}
+
+TRACEPOOL_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction f) {
+  TRACEPOOL_REAL(cuFuncGetAttribute);
+  return measured_first_use(f, [&] { return driver(value, attribute, f); });
+}
+
+TRACEPOOL_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value) {
+  TRACEPOOL_REAL(cuFuncSetAttribute);
+  return measured_first_use(f, [&] { return driver(f, attribute, value); });
+}
+
+TRACEPOOL_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
+  TRACEPOOL_REAL(cuFuncSetCacheConfig);
+  return measured_first_use(f, [&] { return driver(f, config); });
+}
+
+TRACEPOOL_EXPORT CUresult cuFuncLoad(CUfunction f) {
+  TRACEPOOL_REAL(cuFuncLoad);
+  return measured_first_use(f, [&] { return driver(f); });
+}
+
+TRACEPOOL_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
+  TRACEPOOL_REAL(cuKernelGetFunction);
+  return measured_first_use(kernel, [&] { return driver(f, kernel); });
+}
+
+TRACEPOOL_EXPORT CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attribute, CUkernel kernel, CUdevice device) {
+  TRACEPOOL_REAL(cuKernelGetAttribute);
+  return measured_first_use(kernel, [&] { return driver(value, attribute, kernel, device); });
+}
+
+TRACEPOOL_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attribute, int value, CUkernel kernel, CUdevice device) {
+  TRACEPOOL_REAL(cuKernelSetAttribute);
+  return measured_first_use(kernel, [&] { return driver(attribute, value, kernel, device); });
+}
+
+TRACEPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size,
+                                                                      size_t shared) {
+  TRACEPOOL_REAL(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  return measured_first_use(f, [&] { return driver(blocks, f, block_size, shared); });
+}
+
+TRACEPOOL_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction f, int block_size,
+                                                                               size_t shared, unsigned int flags) {
+  TRACEPOOL_REAL(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+  return measured_first_use(f, [&] { return driver(blocks, f, block_size, shared, flags); });
+}
+
+// ---- Peer access (Note [Context memory]) -------------------------------------------------------------------
+// Recorded under the peer context's handle, one byte further per device of the current context (contexts are
+// 16-byte aligned, so devices 0 to 14 each get their own key, apart from the context's own record); access
+// enabled from a device beyond those is not measured.
+
+namespace {
+const void* peer_key(CUcontext peer, int device) {
+  return device >= 0 && device < 15 && peer != nullptr ? reinterpret_cast<const char*>(peer) + 1 + device : nullptr;
+}
+}  // namespace
+
+TRACEPOOL_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  TRACEPOOL_REAL(cuCtxEnablePeerAccess);
+  const int device = current_device();
+  const void* key = peer_key(peer, device);
+  const measure m(key != nullptr ? device : -1);
+  const CUresult r = driver(peer, flags);
+  m.took(r, key, "peer access (cuCtxEnablePeerAccess)");
+  return r;
+}
+
+TRACEPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  TRACEPOOL_REAL(cuCtxDisablePeerAccess);
+  if (const void* key = peer_key(peer, current_device())) gone(key);
+  return driver(peer);
 }

@@ -472,8 +472,9 @@ def ddp_rows(work, rows):
             key = names[0] if names else "no Python line"
             by_line[key] = by_line.get(key, 0) + e["bytes"]
         checks.append(("rank %d: %.0f MiB outside the pool, not >= 64" % (rank, total / MiB), total >= 64 * MiB))
-        checks.append(("rank %d: %.0f of %.0f MiB at setup/first_collective/train" % (rank, at_lines / MiB, total / MiB),
-                       at_lines >= total / 2))
+        # NCCL's proxy threads run no Python: their buffers end with the line that started them (Note [Thread origins]).
+        checks.append(("rank %d: %.0f of %.0f MiB at setup/first_collective/train, not >= 90%%" % (rank, at_lines / MiB, total / MiB),
+                       at_lines >= 0.9 * total))
         details.append("rank %d: %s; outside by line: %s" % (rank, split_words(report), ", ".join(
             "%s %.0f MiB" % (k, v / MiB) for k, v in sorted(by_line.items(), key=lambda kv: -kv[1]))))
     merged_rc, merged = sh([sys.executable, "-m", "tracepool", "merge", os.path.join(folder, "report-rank0.json"),

@@ -28,6 +28,7 @@ def stand_in(tmp_path_factory):
     build("-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic-functions", "-o", folder / "libcuda.so.1",
           support / "stand_in_cuda.c", "-lpthread")
     build("-shared", "-fPIC", "-o", folder / "libnext_probe.so", support / "next_probe.c", "-ldl")
+    build("-shared", "-fPIC", "-o", folder / "liblibrary_thread.so", support / "library_thread.c", "-ldl", "-lpthread")
     build("-o", folder / "client", support / "intercept_client.c", "-L", folder, "-lnext_probe", "-Wl,-rpath," + str(folder),
           "-ldl", "-lpthread")
     return folder
@@ -92,6 +93,30 @@ def test_a_python_program_under_intercept_has_them_at_its_python_lines(stand_in,
     python = [f for f in found["frames"] if f["kind"] == "python"]
     assert [f["line"] for f in python[:2]] == [6, 11], python
     assert report["devices"][0]["observed_bytes"] == 7 * MiB  # the 9 MiB freed is gone
+
+
+def test_a_librarys_own_thread_is_charged_to_the_python_line_that_started_it(stand_in, tmp_path):
+    """Note [Thread origins]: the thread has no Python frames; its allocation ends with the frames of the line
+    that started it (as NCCL's proxy thread's buffers end at the line that made the process group)."""
+    (tmp_path / "group.py").write_text(
+        "import ctypes\n"
+        "cuda = ctypes.CDLL('libcuda.so.1')\n"
+        "library = ctypes.CDLL('liblibrary_thread.so')\n"
+        "assert cuda.cuInit(0) == 0\n"
+        "first = ctypes.c_uint64()\n"
+        "assert cuda.cuMemAlloc_v2(ctypes.byref(first), ctypes.c_size_t(1 << 20)) == 0\n"
+        "def make_process_group():\n"
+        "    assert library.allocate_on_its_own_thread(ctypes.c_size_t(5 << 20)) == 0\n"
+        "make_process_group()\n")
+    child = run(["--intercept", "--no-holders", "-o", "report.json", "group.py"], stand_in, tmp_path)
+    assert child.returncode == 0, child.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    found = site(report, "allocate", "outside the pool: cuMemAlloc")
+    assert found["bytes"] == 5 * MiB
+    python = [(f["function"], f["line"], f["borrowed"]) for f in found["frames"] if f["kind"] == "python"]
+    assert python[:2] == [("make_process_group", 8, True), ("<module>", 9, True)], found["frames"]
+    assert all(borrowed for _, _, borrowed in python), python
+    assert found["frames"][0]["kind"] == "native", "the thread's own frames come first"
 
 
 def test_each_process_of_the_program_writes_its_report_and_run_says_where_they_are(stand_in, tmp_path):

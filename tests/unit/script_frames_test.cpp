@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "report_support.h"
@@ -430,6 +431,120 @@ TEST_F(ScriptFrames, SnapshotHasSegmentsBlocksAndAllocTraces) {
   ASSERT_EQ(s["device_traces"][0].size(), 1u) << "one alloc entry per live block";
   EXPECT_EQ(s["device_traces"][0][0]["action"], "alloc");
   EXPECT_EQ(s["device_traces"][0][0]["size"], 4096);
+}
+
+// ---- Thread origins (Note [Thread origins] in core/trace/tracer.h) --------------------------------
+
+uint64_t origin_here(tracepool_t* tp) {
+  uint64_t origin = 7;
+  EXPECT_EQ(tracepool_thread_origin(tp, &origin), TRACEPOOL_OK) << tracepool_last_error();
+  return origin;
+}
+
+// A thread with no interpreter frames of its own, started from outer.py's run, allocates.
+__attribute__((noinline)) void start_a_frameless_thread(tracepool_t* tp) {
+  const uint64_t origin = origin_here(tp);
+  ASSERT_NE(origin, 0u);
+  std::thread([tp, origin] {
+    tracepool_adopt_thread_origin(origin);
+    leaf_alloc(tp);
+  }).join();
+  KEEP_FRAME();
+}
+
+// That thread starts another, which allocates.
+__attribute__((noinline)) void start_a_thread_that_starts_one(tracepool_t* tp) {
+  const uint64_t origin = origin_here(tp);
+  std::thread([tp, origin] {
+    tracepool_adopt_thread_origin(origin);
+    const uint64_t passed_on = origin_here(tp);
+    EXPECT_NE(passed_on, 0u) << "a thread that borrows frames lends them on";
+    std::thread([tp, passed_on] {
+      tracepool_adopt_thread_origin(passed_on);
+      leaf_alloc(tp);
+    }).join();
+  }).join();
+  KEEP_FRAME();
+}
+
+// A thread that runs interpreter frames of its own.
+__attribute__((noinline)) void start_an_interpreter_thread(tracepool_t* tp) {
+  const uint64_t origin = origin_here(tp);
+  std::thread([tp, origin] {
+    tracepool_adopt_thread_origin(origin);
+    toy_eval(tp, {&step_fn, &alloc_fn}, leaf_alloc);
+  }).join();
+  KEEP_FRAME();
+}
+
+std::vector<std::string> python_frames(const json& frames, bool* all_borrowed) {
+  std::vector<std::string> out;
+  *all_borrowed = true;
+  for (const json& f : frames) {
+    if (f["kind"] != "python") continue;
+    out.push_back(f["function"].get<std::string>() + ":" + std::to_string(f["line"].get<int>()));
+    *all_borrowed = *all_borrowed && f["borrowed"].get<bool>();
+  }
+  return out;
+}
+
+TEST_F(ScriptFrames, AFramelessThreadEndsWithTheFramesOfTheLineThatStartedIt) {
+  tracepool_t* tp = open("capture:all");
+  toy_eval(tp, {&main_script, &run_fn}, start_a_frameless_thread);
+  const json frames = leak_frames(tp);
+  bool borrowed = false;
+  EXPECT_EQ(python_frames(frames, &borrowed), (std::vector<std::string>{"run:20", "<module>:10"})) << frames.dump(1);
+  EXPECT_TRUE(borrowed) << frames.dump(1);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(names(frames, 1), std::vector<std::string>{"leaf_alloc"}) << "the thread's own native frames come first";
+  EXPECT_EQ(frames.back()["kind"], "python") << "the borrowed frames are the outermost";
+  EXPECT_EQ(describe_calls.load(), 1) << "the starting site is described on its thread; the borrowed copy is not";
+}
+
+TEST_F(ScriptFrames, AThreadStartedByAFramelessThreadInheritsItsOrigin) {
+  tracepool_t* tp = open("capture:all");
+  toy_eval(tp, {&main_script, &run_fn}, start_a_thread_that_starts_one);
+  bool borrowed = false;
+  EXPECT_EQ(python_frames(leak_frames(tp), &borrowed), (std::vector<std::string>{"run:20", "<module>:10"}));
+  EXPECT_TRUE(borrowed);
+}
+
+TEST_F(ScriptFrames, AThreadWithFramesOfItsOwnKeepsThem) {
+  tracepool_t* tp = open("capture:all");
+  toy_eval(tp, {&main_script, &run_fn}, start_an_interpreter_thread);
+  bool borrowed = true;
+  EXPECT_EQ(python_frames(leak_frames(tp), &borrowed), (std::vector<std::string>{"alloc_tensor:7", "step:5"}));
+  EXPECT_FALSE(borrowed);
+}
+
+TEST_F(ScriptFrames, ThereIsNoOriginWithoutInterpreterFrames) {
+  tracepool_t* tp = open("capture:all");
+  EXPECT_EQ(origin_here(tp), 0u) << "no interpreter frames here";
+  tracepool_t* native = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,capture:native", &native), TRACEPOOL_OK);
+  toy_eval(native, {&main_script, &run_fn}, [](tracepool_t* t) { EXPECT_EQ(origin_here(t), 0u) << "native capture"; });
+  tracepool_destroy(native);
+  uint64_t out = 7;
+  EXPECT_EQ(tracepool_thread_origin(nullptr, &out), TRACEPOOL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(out, 0u);
+  EXPECT_EQ(tracepool_thread_origin(tp, nullptr), TRACEPOOL_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(ScriptFrames, AnotherInstancesOriginIsIgnored) {
+  tracepool_t* tp = open("capture:all");
+  tracepool_t* other = nullptr;
+  ASSERT_EQ(tracepool_create("backend:host,capture:all", &other), TRACEPOOL_OK);
+  toy_stack = {toy_call{&main_script, true}, toy_call{&run_fn, false}};
+  const uint64_t origin = origin_here(other);
+  toy_stack.clear();
+  ASSERT_NE(origin, 0u);
+  std::thread([tp, origin] {
+    tracepool_adopt_thread_origin(origin);
+    leaf_alloc(tp);
+  }).join();
+  bool borrowed = false;
+  EXPECT_TRUE(python_frames(leak_frames(tp), &borrowed).empty());
+  tracepool_destroy(other);
 }
 
 TEST(ConfigureDefault, AppliesBeforeFirstUseAndIsFinalAfter) {

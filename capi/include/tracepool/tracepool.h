@@ -428,7 +428,7 @@ TRACEPOOL_API void tracepool_string_free(char* s);
  * tracepool's Python package registers one for CPython when it is imported. */
 
 #define TRACEPOOL_FRAME_ENTRY 1u    /* outermost frame run by one native call of the interpreter loop */
-#define TRACEPOOL_FRAME_BORROWED 2u /* a frame of the thread that started this work (autograd) */
+#define TRACEPOOL_FRAME_BORROWED 2u /* a frame of the thread that started this work (autograd, a thread's start) */
 
 /* One script frame, described. Strings need not be NUL-terminated; tracepool copies them. */
 typedef struct tracepool_script_frame {
@@ -467,6 +467,17 @@ TRACEPOOL_API int tracepool_set_frame_provider(const tracepool_frame_provider_t*
  * top of a native stack are dropped from call sites, like libtracepool.so's own, up to the first
  * frame of an interpreter loop. At most 8 modules; marking one twice is a no-op. */
 TRACEPOOL_API int tracepool_add_bindings_module(const void* address);
+
+/* Threads that never run script frames of their own (NCCL's proxy threads, XLA's) can be charged to
+ * the line that started them: on the starting thread, tracepool_thread_origin gives where it stands;
+ * the new thread passes that value to tracepool_adopt_thread_origin before its work. Its captures
+ * that find no script frames then end with the starting thread's, flagged TRACEPOOL_FRAME_BORROWED,
+ * and so do those of the threads it starts in turn. The interposer (libtracepool_intercept.so) does
+ * this for every pthread_create once it has recorded anything. *out is 0 when there are no script
+ * frames to lend (capture off or without script frames, no provider, no interpreter frames here). */
+TRACEPOOL_API int tracepool_thread_origin(tracepool_t* tp, uint64_t* out);
+/* The calling thread's origin from now on (0 forgets it); one of another instance's is ignored. */
+TRACEPOOL_API void tracepool_adopt_thread_origin(uint64_t origin);
 
 /* Configures tracepool_default() before its first use ("key:value,..." as TRACEPOOL_CONF, which it
  * replaces). Fails with TRACEPOOL_ERR_INVALID_ARGUMENT once the default instance exists with a
