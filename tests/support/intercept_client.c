@@ -10,8 +10,10 @@
  *             (load_kernels); with "release" after it, releases the context twice: it is gone
  *   atexit    keeps 2 MiB, and frees 3 MiB in an atexit handler and 1 MiB in a destructor, both running
  *             after the report at exit is written (registered first, they run last)
- *   launch    launches one function twice and another once (run_kernels): the stand-in loads each one's
- *             code (2 MiB) at its first launch, as lazy loading does
+ *   launch    launches one function twice and another once, then asks a third and the first for an
+ *             attribute (run_kernels): the stand-in loads each one's code (2 MiB) at its first use, as lazy
+ *             loading does
+ *   streams   makes three streams and destroys one (make_streams): each takes 2 MiB of the stand-in's device
  *   oom       keeps 3 MiB (keep_some), then asks for 64 GiB, more than the device has (ask_too_much)
  *   bench N   N pairs of cuMemAlloc(64 KiB) + cuMemFree through the runtime's way after a warm-up; prints ns
  *             per pair (tests/bench/intercept_bench.py: what the interposer adds to each pair)
@@ -193,7 +195,23 @@ KEEP static int run_kernels(void) {
   for (int i = 0; i < 2; ++i)
     if (launch(&first, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) return 1;
   if (launch(&second, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) return 1;
-  printf("launch: 3 launches of 2 functions\n");
+  int (*attribute)(int*, int, void*) = (int (*)(int*, int, void*))entry("cuFuncGetAttribute");
+  static char third;
+  int value = 0;
+  if (attribute == NULL || attribute(&value, 0, &third) != 0 || attribute(&value, 0, &first) != 0) return 1;
+  printf("launch: 3 launches of 2 functions, attributes of 2\n");
+  return 0;
+}
+
+KEEP static int make_streams(void) {
+  int (*create)(void**, unsigned) = (int (*)(void**, unsigned))entry("cuStreamCreate");
+  int (*destroy)(void*) = (int (*)(void*))entry("cuStreamDestroy");
+  void* streams[3] = {NULL, NULL, NULL};
+  if (create == NULL || destroy == NULL) return 1;
+  for (int i = 0; i < 3; ++i)
+    if (create(&streams[i], 0) != 0) return 1;
+  if (destroy(streams[1]) != 0) return 1;
+  printf("streams: 3 made, 1 destroyed\n");
   return 0;
 }
 
@@ -230,6 +248,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "threads") == 0) return threads();
   if (strcmp(argv[1], "oom") == 0) return keep_some() || ask_too_much();
   if (strcmp(argv[1], "launch") == 0) return run_kernels();
+  if (strcmp(argv[1], "streams") == 0) return make_streams();
   if (strcmp(argv[1], "bench") == 0 && argc == 3) {
     const long n = atol(argv[2]);
     unsigned long long p = 0;

@@ -13,7 +13,7 @@
  * Built twice (tests/CMakeLists.txt): STAND_IN_MINIMAL exports only the entry points listed above the
  * marker below (what issue 34's separate check offers: a driver that lacks nearly everything); the full
  * one adds the other ways programs get memory (pitch, managed, pinned host, pool, VMM handles), and the
- * primary context and modules, which take device memory of their own. */
+ * primary context, modules, lazily loaded code and streams, which take device memory of their own. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -237,14 +237,12 @@ EXPORT CUresult cuModuleLoadData(void** module, const void* image) {
 }
 EXPORT CUresult cuModuleUnload(void* module) { return release((CUdeviceptr)(uintptr_t)module); }
 
-/* Lazy loading: the first launch of a function loads its code, 2 MiB of the device, kept; later launches run
- * nothing (there is no device to run on). A function is any non-NULL handle. */
+/* Lazy loading: the first use of a function (its launch, or a question about it) loads its code, 2 MiB of the
+ * device, kept; later uses load nothing (there is no device to run on). A function is any non-NULL handle. */
 enum { lazy_code_bytes = 2 << 20, most_functions = 64 };
 static const void* loaded_functions[most_functions]; /* under lock */
 
-EXPORT CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                               unsigned shared, CUstream stream, void** params, void** extra) {
-  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params, (void)extra;
+static CUresult use_function(const void* f) {
   if (f == NULL) return CUDA_ERROR_INVALID_VALUE;
   if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&lock);
@@ -258,6 +256,32 @@ EXPORT CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, u
   pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
 }
+
+EXPORT CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shared, CUstream stream, void** params, void** extra) {
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params, (void)extra;
+  return use_function(f);
+}
+
+EXPORT CUresult cuFuncGetAttribute(int* value, int attribute, void* f) {
+  (void)attribute;
+  if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *value = 0;
+  return use_function(f);
+}
+
+/* A stream takes 2 MiB of the device until it is destroyed (as some do on an H100). */
+enum { stream_bytes = 2 << 20 };
+
+EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
+  (void)flags;
+  CUdeviceptr made = 0;
+  const CUresult r = stream != NULL ? allocate(&made, stream_bytes) : CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) *stream = (CUstream)(uintptr_t)made;
+  return r;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream stream) { return release((CUdeviceptr)(uintptr_t)stream); }
 #endif
 
 static const struct { CUresult code; const char* name; const char* text; } errors[] = {
@@ -319,6 +343,9 @@ static const struct { const char* name; void* fn; } table[] = {
     {"cuModuleLoadData", (void*)cuModuleLoadData},
     {"cuModuleUnload", (void*)cuModuleUnload},
     {"cuLaunchKernel", (void*)cuLaunchKernel},
+    {"cuFuncGetAttribute", (void*)cuFuncGetAttribute},
+    {"cuStreamCreate", (void*)cuStreamCreate},
+    {"cuStreamDestroy", (void*)cuStreamDestroy_v2},
 #endif
 };
 

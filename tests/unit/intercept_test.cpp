@@ -168,12 +168,22 @@ TEST(Intercept, TheContextAndLoadedModulesAreMeasuredAtTheirLines) {
   EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 100 * MiB);
 }
 
-// Lazy loading: a function's code loads at its first launch, measured there; later launches take nothing.
-TEST(Intercept, CodeLoadedAtAFunctionsFirstLaunchIsMeasuredThere) {
+// Lazy loading: a function's code loads at its first use (a launch, or a question about it), measured there;
+// later uses take nothing.
+TEST(Intercept, CodeLoadedAtAFunctionsFirstUseIsMeasuredThere) {
   const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "launch"});
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_FALSE(r.report.is_null()) << r.output;
-  EXPECT_EQ(bytes_at(r.report, "run_kernels", "outside the pool: module (lazy load)"), 4 * MiB) << r.report.dump(1);
+  EXPECT_EQ(bytes_at(r.report, "run_kernels", "outside the pool: module (lazy load)"), 6 * MiB) << r.report.dump(1);
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 6 * MiB);
+}
+
+// A stream's memory is measured where it was made, and gone with it.
+TEST(Intercept, StreamsAreMeasuredUntilDestroyed) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "streams"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.report.is_null()) << r.output;
+  EXPECT_EQ(bytes_at(r.report, "make_streams", "outside the pool: stream (cuStreamCreate)"), 4 * MiB) << r.report.dump(1);
   EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 4 * MiB);
 }
 
