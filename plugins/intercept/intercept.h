@@ -61,8 +61,7 @@
   X(cuCtxEnablePeerAccess)         \
   X(cuCtxDisablePeerAccess)         \
   X(cuStreamCreate)                \
-  X(cuStreamCreateWithPriority)    \
-  X(cuStreamDestroy_v2)
+  X(cuStreamCreateWithPriority)
 
 #define TRACEPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
