@@ -61,7 +61,8 @@
   X(cuCtxEnablePeerAccess)         \
   X(cuCtxDisablePeerAccess)         \
   X(cuStreamCreate)                \
-  X(cuStreamCreateWithPriority)
+  X(cuStreamCreateWithPriority)    \
+  X(cuStreamDestroy_v2)
 
 #define TRACEPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -270,34 +270,18 @@ EXPORT CUresult cuFuncGetAttribute(int* value, int attribute, void* f) {
   return use_function(f);
 }
 
-/* A stream takes 2 MiB of the device, which the driver keeps when it is destroyed and gives to the next stream
- * made (as an H100's does). */
+/* A stream takes 2 MiB of the device until it is destroyed (as some do on an H100). */
 enum { stream_bytes = 2 << 20 };
-static int idle_stream_memory; /* under lock: pieces of stream_bytes kept from destroyed streams */
-static char stream_objects[1024];
-static int streams_made; /* under lock */
 
 EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
   (void)flags;
-  if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!is_initialised()) return CUDA_ERROR_NOT_INITIALIZED;
-  pthread_mutex_lock(&lock);
-  CUresult r = CUDA_SUCCESS;
-  if (idle_stream_memory > 0) --idle_stream_memory;
-  else if (stream_bytes <= total - allocated) allocated += stream_bytes;
-  else r = CUDA_ERROR_OUT_OF_MEMORY;
-  if (r == CUDA_SUCCESS) *stream = &stream_objects[streams_made++ % sizeof stream_objects];
-  pthread_mutex_unlock(&lock);
+  CUdeviceptr made = 0;
+  const CUresult r = stream != NULL ? allocate(&made, stream_bytes) : CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) *stream = (CUstream)(uintptr_t)made;
   return r;
 }
 
-EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
-  if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
-  pthread_mutex_lock(&lock);
-  ++idle_stream_memory;
-  pthread_mutex_unlock(&lock);
-  return CUDA_SUCCESS;
-}
+EXPORT CUresult cuStreamDestroy_v2(CUstream stream) { return release((CUdeviceptr)(uintptr_t)stream); }
 #endif
 
 static const struct { CUresult code; const char* name; const char* text; } errors[] = {
