@@ -55,7 +55,6 @@ inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread be
 // them on a thread that does not run them. What a thread does after it started is not followed: work
 // it takes from a queue is still charged to where it was started.
 
-
 class tracer final : public observer {
  public:
   static status create(const config& cfg, std::unique_ptr<tracer>* out);

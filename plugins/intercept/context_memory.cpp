@@ -141,9 +141,10 @@ bool first_use(const void* f) {
 
 // A call measured (Note [Context memory]): the thread's capture mode relaxed while the device's used bytes are
 // read, so that a stream being captured is not invalidated by the reading. `handle()`, after the call, names
-// what it made.
+// what it made. A thread that is recording passes straight through.
 template <class Call, class Handle>
 CUresult measured(Call call, Handle handle, const char* source) {
+  if (recording) return call();
   const auto exchange = TRACEPOOL_DRIVER_FUNCTION(PFN_cuThreadExchangeStreamCaptureMode_v10010, "cuThreadExchangeStreamCaptureMode");
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   const bool relaxed = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
@@ -381,18 +382,22 @@ TRACEPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
 
 // ---- Streams (Note [Context memory]) ------------------------------------------------------------------------
 
+namespace {
+// A stream's making, measured and recorded under its handle.
+template <class Create>
+CUresult measured_stream(CUstream* stream, Create create, const char* source) {
+  return measured(create, [stream] { return stream != nullptr ? *stream : nullptr; }, source);
+}
+}  // namespace
+
 TRACEPOOL_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
   TRACEPOOL_REAL(cuStreamCreate);
-  if (recording) return driver(stream, flags);
-  return measured([&] { return driver(stream, flags); }, [stream] { return stream != nullptr ? *stream : nullptr; },
-                  "stream (cuStreamCreate)");
+  return measured_stream(stream, [&] { return driver(stream, flags); }, "stream (cuStreamCreate)");
 }
 
 TRACEPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
   TRACEPOOL_REAL(cuStreamCreateWithPriority);
-  if (recording) return driver(stream, flags, priority);
-  return measured([&] { return driver(stream, flags, priority); },
-                  [stream] { return stream != nullptr ? *stream : nullptr; }, "stream (cuStreamCreateWithPriority)");
+  return measured_stream(stream, [&] { return driver(stream, flags, priority); }, "stream (cuStreamCreateWithPriority)");
 }
 
 TRACEPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
