@@ -163,6 +163,7 @@ status allocator::capture_observed(observed_kind kind, const char* source, size_
   if (status s = push_tag(observed_tag(kind, source).c_str()); s != status::ok) return s;
   *out = tracer_->capture(size);
   (void)pop_tag();
+  tracer_->reached_driver(out->site);
   return status::ok;
 }
 

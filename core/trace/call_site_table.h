@@ -45,6 +45,9 @@ struct site_record {
   uint32_t tags = 0;           // tag set (tags.h)
   uint32_t depth = 0;          // native frames, innermost first
   uint32_t script_depth = 0;   // script frames, innermost first, after the native ones in `frames`
+  // A site lent as a thread origin: the latest site at which the lending thread reached the driver
+  // since (0: none yet), whose script frames its threads borrow instead (Note [Thread origins]).
+  std::atomic<uint32_t> latest{0};
   std::unique_ptr<uintptr_t[]> frames;  // depth + script_depth * words_per_script_frame words
   std::atomic<bool> ready{false};
   std::atomic<script_frame*> script{nullptr};  // script_depth described frames, set once

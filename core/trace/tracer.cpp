@@ -19,6 +19,14 @@ constexpr size_t own_frames_room = 10;
 std::atomic<uint64_t> tracers_made{0};
 thread_local uint64_t adopted_origin = 0;  // tracer serial << 32 | site (Note [Thread origins])
 
+// The sites this thread lent as origins, of the tracer `serial` (Note [Thread origins]).
+struct lent_origins {
+  uint64_t serial = 0;
+  size_t count = 0;  // lent in all; the latest max_lent_origins are kept, in a ring
+  uint32_t sites[max_lent_origins] = {};
+};
+thread_local lent_origins lent;
+
 // A copy of `frames` borrowed frames, flagged so.
 script_frame* as_borrowed(const script_frame* frames, size_t n) {
   auto* out = new script_frame[n];
@@ -121,9 +129,26 @@ uint32_t tracer::capture_site() {
 
 uint64_t tracer::thread_origin() {
   const uint32_t site = capture_site();
-  if (site == 0 || sites_.at(site).script_depth == 0 || sites_.at(site).script.load(std::memory_order_acquire) == nullptr)
-    return 0;
+  if (site == 0 || sites_.at(site).script_depth == 0) return 0;
+  const script_frame* described = sites_.at(site).script.load(std::memory_order_acquire);
+  if (described == nullptr) return 0;
+  // A thread that borrows its frames passes its own origin on, whose `latest` follows its starter.
+  if ((described[0].flags & script_frame_borrowed) != 0 && adopted_origin >> 32 == serial_) return adopted_origin;
+  if (lent.serial != serial_) lent = lent_origins{serial_, 0, {}};
+  const size_t kept = std::min(lent.count, max_lent_origins);
+  if (std::find(lent.sites, lent.sites + kept, site) == lent.sites + kept) lent.sites[lent.count++ % max_lent_origins] = site;
   return serial_ << 32 | site;
+}
+
+void tracer::reached_driver(uint32_t site) {
+  if (site == 0 || lent.serial != serial_ || lent.count == 0) return;
+  const site_record& r = sites_.at(site);
+  const script_frame* described = r.script.load(std::memory_order_acquire);
+  if (r.script_depth == 0 || described == nullptr || (described[0].flags & script_frame_borrowed) != 0) return;
+  for (size_t i = 0; i < std::min(lent.count, max_lent_origins); ++i) {
+    std::atomic<uint32_t>& latest = sites_.at(lent.sites[i]).latest;
+    if (latest.load(std::memory_order_relaxed) != site) latest.store(site, std::memory_order_release);
+  }
 }
 
 void tracer::adopt_thread_origin(uint64_t origin) { adopted_origin = origin; }
@@ -131,10 +156,12 @@ void tracer::adopt_thread_origin(uint64_t origin) { adopted_origin = origin; }
 size_t tracer::borrow_origin(uintptr_t* words, const script_frame** described) {
   if (adopted_origin >> 32 != serial_) return 0;
   const site_record& origin = sites_.at(static_cast<uint32_t>(adopted_origin));
-  *described = origin.script.load(std::memory_order_acquire);
-  if (*described == nullptr) return 0;  // never: thread_origin lends described sites only
-  const size_t n = std::min<size_t>(origin.script_depth, static_cast<size_t>(script_depth_));
-  std::memcpy(words, origin.frames.get() + origin.depth, n * words_per_script_frame * sizeof(uintptr_t));
+  const uint32_t latest = origin.latest.load(std::memory_order_acquire);
+  const site_record& lender = latest != 0 ? sites_.at(latest) : origin;
+  *described = lender.script.load(std::memory_order_acquire);
+  if (*described == nullptr) return 0;  // never: only described sites are lent or recorded as latest
+  const size_t n = std::min<size_t>(lender.script_depth, static_cast<size_t>(script_depth_));
+  std::memcpy(words, lender.frames.get() + lender.depth, n * words_per_script_frame * sizeof(uintptr_t));
   return n;
 }
 

@@ -43,17 +43,27 @@ inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread be
 
 // Note [Thread origins]
 // Libraries start threads that never run an interpreter frame: NCCL's proxy threads, which allocate a
-// process group's buffers; XLA's, which grow JAX's arena; PyTorch's NCCL watchdog. What they allocate
-// has native frames only, inside the library, and no line of the program. A host that sees threads
-// start (the interposer, plugins/intercept, wraps pthread_create) takes the starting thread's site then
-// (thread_origin), and the new thread adopts it before its start routine runs (adopt_thread_origin). A
-// capture on that thread that finds no script frames of its own borrows the origin's, flagged borrowed,
-// as the thread's outermost callers: NCCL's buffers are then at the line that made the process group.
-// The origin passes on to the threads such a thread starts, since their starting site borrows it too;
-// threads with frames of their own (Python's) never use it. The borrowed description is copied from
-// the origin site's, made while its thread ran those frames: the provider is never asked to describe
-// them on a thread that does not run them. What a thread does after it started is not followed: work
-// it takes from a queue is still charged to where it was started.
+// process group's buffers; XLA's, which compile, autotune and grow JAX's arena; PyTorch's NCCL watchdog.
+// What they allocate has native frames only, inside the library, and no line of the program. A host
+// that sees threads start (the interposer, plugins/intercept, wraps pthread_create) takes the starting
+// thread's site then (thread_origin), and the new thread adopts it before its start routine runs
+// (adopt_thread_origin). A capture on that thread that finds no script frames of its own borrows the
+// origin's, flagged borrowed, as the thread's outermost callers. Threads with frames of their own
+// (Python's) never use it, and a thread without passes its origin on to the threads it starts.
+//
+// Such threads mostly work on behalf of a later call, not of the line that started them: JAX's first
+// call of a jitted function compiles and autotunes on XLA's threads while the calling thread waits, and
+// NCCL's proxies set up what the first collective asked for. So the starting thread keeps its lent
+// sites (up to max_lent_origins, the oldest replaced) and, whenever it reaches the driver itself
+// (memory seen outside the pool, code loaded: capture_observed, never the pool's own allocations, which
+// come and go with every tensor), records that site as each one's `latest`. A borrowing thread takes
+// the frames of its origin's latest site, else of the origin itself: the line that started it work at
+// the driver most recently. That is a line of the right thread, at a moment when it handed work over,
+// but not a proof: a thread working from a queue while its starter runs ahead is charged to the
+// starter's last trip to the driver. The borrowed description is copied from the lent site's, made
+// while its thread ran those frames: the provider is never asked to describe frames on a thread that
+// does not run them.
+inline constexpr size_t max_lent_origins = 16;
 
 class tracer final : public observer {
  public:
@@ -66,6 +76,9 @@ class tracer final : public observer {
   // Where the calling thread stands, for a thread it is starting (Note [Thread origins]): this
   // tracer's serial and a site, or 0 when there are no script frames to lend.
   uint64_t thread_origin();
+  // The calling thread reached the driver at `site` (observed memory): the threads it started borrow
+  // that site's frames from now on (Note [Thread origins]).
+  void reached_driver(uint32_t site);
   // Captures on the calling thread that find no script frames of their own borrow those of
   // `origin` (from thread_origin of any tracer: another tracer's is ignored; 0 forgets it).
   static void adopt_thread_origin(uint64_t origin);

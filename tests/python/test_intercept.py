@@ -119,6 +119,35 @@ def test_a_librarys_own_thread_is_charged_to_the_python_line_that_started_it(sta
     assert found["frames"][0]["kind"] == "native", "the thread's own frames come first"
 
 
+def test_a_librarys_worker_is_charged_to_the_line_whose_call_it_serves(stand_in, tmp_path):
+    """Note [Thread origins]: a worker started early (as XLA's compile threads are, at JAX's first operation) and
+    handed work later (the first call of a jitted function, which loads code on the calling thread and then
+    waits while the worker autotunes) has its allocation at the line where the caller last reached the driver."""
+    (tmp_path / "jit.py").write_text(
+        "import ctypes\n"
+        "cuda = ctypes.CDLL('libcuda.so.1')\n"
+        "library = ctypes.CDLL('liblibrary_thread.so')\n"
+        "assert cuda.cuInit(0) == 0\n"
+        "first = ctypes.c_uint64()\n"
+        "assert cuda.cuMemAlloc_v2(ctypes.byref(first), ctypes.c_size_t(1 << 20)) == 0\n"
+        "assert library.start_worker() == 0\n"
+        "def step():\n"
+        "    code = ctypes.c_uint64()\n"
+        "    assert cuda.cuMemAlloc_v2(ctypes.byref(code), ctypes.c_size_t(2 << 20)) == 0\n"
+        "    assert library.run_on_worker(ctypes.c_size_t(6 << 20)) == 0\n"
+        "step()\n"
+        "assert library.run_on_worker(ctypes.c_size_t(7 << 20)) == 0\n")
+    child = run(["--intercept", "--no-holders", "-o", "report.json", "jit.py"], stand_in, tmp_path)
+    assert child.returncode == 0, child.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    # Both requests at step's trip to the driver: the caller made none since, so the second is there too.
+    found = site(report, "allocate_now", "outside the pool: cuMemAlloc")
+    assert (found["bytes"], found["blocks"]) == (13 * MiB, 2), report["leaks"]
+    python = [(f["function"], f["line"], f["borrowed"]) for f in found["frames"] if f["kind"] == "python"]
+    assert python[:2] == [("step", 10, True), ("<module>", 12, True)], found["frames"]
+    assert all(borrowed for _, _, borrowed in python), python
+
+
 def test_each_process_of_the_program_writes_its_report_and_run_says_where_they_are(stand_in, tmp_path):
     client = str(stand_in / "client")
     child = run(["--intercept", "--", "sh", "-c", "%s threads && %s runtime" % (client, client)], stand_in, tmp_path)

@@ -477,6 +477,46 @@ __attribute__((noinline)) void start_an_interpreter_thread(tracepool_t* tp) {
   KEEP_FRAME();
 }
 
+// outer.py's run starts a frameless thread, which starts another; both wait. run then calls step,
+// whose alloc_tensor reaches the driver (memory seen outside the pool), and allocates from the pool at
+// grow; only then do the threads allocate: XLA's threads compiling the call that waits for them.
+__attribute__((noinline)) void observe_outside(tracepool_t* tp) {
+  static char outside[1 << 16];
+  ASSERT_EQ(tracepool_observe_alloc(tp, outside, sizeof outside, 0, TRACEPOOL_OBSERVED_DEVICE, "cuMemAlloc"), TRACEPOOL_OK)
+      << tracepool_last_error();
+  KEEP_FRAME();
+}
+
+const toy_frame grow_fn{"inner.py", "grow", 30};
+
+__attribute__((noinline)) void start_threads_then_reach_the_driver(tracepool_t* tp) {
+  const uint64_t origin = origin_here(tp);
+  std::atomic<bool> go{false};
+  std::atomic<int> started{0};
+  auto wait_then_alloc = [tp, &go] {
+    while (!go.load()) std::this_thread::yield();
+    leaf_alloc(tp);
+  };
+  std::thread child([&, origin] {
+    tracepool_adopt_thread_origin(origin);
+    const uint64_t passed_on = origin_here(tp);
+    std::thread grandchild([&, passed_on] {
+      tracepool_adopt_thread_origin(passed_on);
+      started.fetch_add(1);
+      wait_then_alloc();
+    });
+    started.fetch_add(1);
+    wait_then_alloc();
+    grandchild.join();
+  });
+  while (started.load() < 2) std::this_thread::yield();
+  toy_eval(tp, {&step_fn, &alloc_fn}, observe_outside);
+  toy_eval(tp, {&grow_fn}, leaf_alloc);  // the pool's own allocations move nothing
+  go.store(true);
+  child.join();
+  KEEP_FRAME();
+}
+
 std::vector<std::string> python_frames(const json& frames, bool* all_borrowed) {
   std::vector<std::string> out;
   *all_borrowed = true;
@@ -507,6 +547,26 @@ TEST_F(ScriptFrames, AThreadStartedByAFramelessThreadInheritsItsOrigin) {
   bool borrowed = false;
   EXPECT_EQ(python_frames(leak_frames(tp), &borrowed), (std::vector<std::string>{"run:20", "<module>:10"}));
   EXPECT_TRUE(borrowed);
+}
+
+TEST_F(ScriptFrames, AFramelessThreadFollowsItsStarterToTheDriver) {
+  tracepool_t* tp = open("capture:all");
+  toy_eval(tp, {&main_script, &run_fn}, start_threads_then_reach_the_driver);
+  const json r = tracepool::testing::report_of(tp);
+  int threads = 0;
+  for (const json& leak : r["leaks"]) {
+    bool borrowed = false;
+    const std::vector<std::string> lines = python_frames(leak["frames"], &borrowed);
+    if (!lines.empty() && lines[0] == "grow:30") continue;  // the pool allocation's own site
+    if (!borrowed) {
+      EXPECT_EQ(lines, (std::vector<std::string>{"alloc_tensor:7", "step:5", "run:20", "<module>:10"})) << "the outside memory";
+      continue;
+    }
+    EXPECT_EQ(lines, (std::vector<std::string>{"alloc_tensor:7", "step:5", "run:20", "<module>:10"}))
+        << "the line where the starting thread last reached the driver, not where it started the threads: " << leak.dump(1);
+    threads += leak["blocks"].get<int>();
+  }
+  EXPECT_EQ(threads, 2) << "the thread and the one it started: " << r["leaks"].dump(1);
 }
 
 TEST_F(ScriptFrames, AThreadWithFramesOfItsOwnKeepsThem) {
