@@ -25,11 +25,10 @@ namespace {
 // being captured must not be invalidated by it), and what it took is recorded under the function's handle
 // as "module (lazy load)". Every later use costs a lookup in a table of the functions seen (first_use).
 // Enabling peer access to another context maps that device's memory here, and is measured as well ("peer
-// access"), until access is disabled again. So is making a stream ("stream"), until it is destroyed: on an
-// H100 the driver takes 2 MiB for some of them. NCCL makes 33 with priorities per rank as its communicator is
-// made, and destroys them; the device's used bytes at exit still hold about as much, "not seen": the driver
-// seems to keep what a destroyed stream took. It is forgotten all the same, so that a program that makes
-// and destroys streams in a loop is never shown holding more than the driver counts.
+// access"), until access is disabled again. So is making a stream ("stream (cuStreamCreate)", "stream (with
+// priority)"), until it is destroyed: on an H100 the driver takes 2 MiB for some of them (NCCL makes 128 with
+// priorities per rank of a two-GPU DDP job as its communicator is made, and 34 of them took 2 MiB each, by a
+// diagnostic run that measured every driver call).
 // Limits: a module's lazily loaded code stays recorded after the module is unloaded or its context destroyed
 // (nothing maps a function to its module), and a function that reuses a freed one's address is not measured
 // again; the modules of a context are not forgotten with it.
@@ -102,7 +101,7 @@ struct measure {
   }
   // `current`: a context to make current while measuring (a primary context just made, which nothing has
   // made current yet), so that the driver's own count is read and tracepool retains nothing.
-  void took(CUresult r, const void* handle, const char* source, CUcontext current = nullptr) const {
+  void took(CUresult r, const void* handle, source_name source, CUcontext current = nullptr) const {
     if (r != CUDA_SUCCESS || handle == nullptr || before == SIZE_MAX || recording) return;
     const auto push = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPushCurrent_v4000, "cuCtxPushCurrent_v2");
     const auto pop = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPopCurrent_v4000, "cuCtxPopCurrent_v2");
@@ -113,7 +112,7 @@ struct measure {
     if (pushed) (void)pop(&popped);
     recording = false;
     if (logging())
-      std::fprintf(stderr, "tracepool: intercept: %s: device %d used %zd bytes before, %zd after\n", source, device,
+      std::fprintf(stderr, "tracepool: intercept: %s: device %d used %zd bytes before, %zd after\n", source.text, device,
                    static_cast<ssize_t>(before), static_cast<ssize_t>(after));
     if (after != SIZE_MAX && after > before) seen(handle, after - before, device, TRACEPOOL_OBSERVED_DEVICE, source);
   }
@@ -143,7 +142,7 @@ bool first_use(const void* f) {
 // read, so that a stream being captured is not invalidated by the reading. `handle()`, after the call, names
 // what it made. A thread that is recording passes straight through.
 template <class Call, class Handle>
-CUresult measured(Call call, Handle handle, const char* source) {
+CUresult measured(Call call, Handle handle, source_name source) {
   if (recording) return call();
   const auto exchange = TRACEPOOL_DRIVER_FUNCTION(PFN_cuThreadExchangeStreamCaptureMode_v10010, "cuThreadExchangeStreamCaptureMode");
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -370,7 +369,7 @@ TRACEPOOL_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int fla
   const void* key = peer_key(peer, device);
   const measure m(key != nullptr ? device : -1);
   const CUresult r = driver(peer, flags);
-  m.took(r, key, "peer access (cuCtxEnablePeerAccess)");
+  m.took(r, key, "peer access");
   return r;
 }
 
@@ -385,7 +384,7 @@ TRACEPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
 namespace {
 // A stream's making, measured and recorded under its handle.
 template <class Create>
-CUresult measured_stream(CUstream* stream, Create create, const char* source) {
+CUresult measured_stream(CUstream* stream, Create create, source_name source) {
   return measured(create, [stream] { return stream != nullptr ? *stream : nullptr; }, source);
 }
 }  // namespace
@@ -397,7 +396,7 @@ TRACEPOOL_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
 
 TRACEPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
   TRACEPOOL_REAL(cuStreamCreateWithPriority);
-  return measured_stream(stream, [&] { return driver(stream, flags, priority); }, "stream (cuStreamCreateWithPriority)");
+  return measured_stream(stream, [&] { return driver(stream, flags, priority); }, "stream (with priority)");
 }
 
 TRACEPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {

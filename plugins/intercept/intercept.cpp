@@ -181,11 +181,11 @@ int current_device() {
   return device;
 }
 
-void seen(const void* ptr, size_t size, int device, int kind, const char* source) {
+void seen(const void* ptr, size_t size, int device, int kind, source_name source) {
   if (recording) return;
-  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %zu bytes at %p on device %d\n", source, size, ptr, device);
+  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %zu bytes at %p on device %d\n", source.text, size, ptr, device);
   recording = true;
-  if (tracepool_t* tp = instance(); tp != nullptr && tracepool_observe_alloc(tp, ptr, size, device, kind, source) != TRACEPOOL_OK) {
+  if (tracepool_t* tp = instance(); tp != nullptr && tracepool_observe_alloc(tp, ptr, size, device, kind, source.text) != TRACEPOOL_OK) {
     static std::atomic<bool> said{false};
     say_once(&said, tracepool_last_error(), " (later failures to record are not said)");
   }
@@ -195,15 +195,15 @@ void seen(const void* ptr, size_t size, int device, int kind, const char* source
 // The driver refused `size` bytes for want of memory: tracepool's out-of-memory report, as for its pool's own
 // (printed unless oom_report:off), names who holds the device. The program may still recover (PyTorch's own
 // allocator frees its cache and asks again).
-void refused(size_t size, int device, const char* source) {
+void refused(size_t size, int device, source_name source) {
   if (recording) return;
-  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %zu bytes refused on device %d\n", source, size, device);
+  if (logging()) std::fprintf(stderr, "tracepool: intercept: %s: %zu bytes refused on device %d\n", source.text, size, device);
   recording = true;
-  if (tracepool_t* tp = instance()) (void)tracepool_observe_oom(tp, size, device, source);
+  if (tracepool_t* tp = instance()) (void)tracepool_observe_oom(tp, size, device, source.text);
   recording = false;
 }
 
-void seen_device(CUresult r, const CUdeviceptr* ptr, size_t size, int kind, const char* source) {
+void seen_device(CUresult r, const CUdeviceptr* ptr, size_t size, int kind, source_name source) {
   if (r == CUDA_SUCCESS && ptr != nullptr && !recording)
     seen(reinterpret_cast<const void*>(*ptr), size, current_device(), kind, source);
   else if (r == CUDA_ERROR_OUT_OF_MEMORY && !recording && size != 0)

@@ -138,12 +138,22 @@ void say_once(std::atomic<bool>* said, const char* what, const char* detail);
 tracepool_t* instance();
 // The current context's device (0 where the driver cannot tell).
 int current_device();
+// Who took memory, as tracepool_observe_alloc names it: a literal of 1 to 32 bytes, checked where it is written.
+// (The library refuses a longer one at run time, and that memory would go unrecorded, said only under
+// TRACEPOOL_INTERCEPT_LOG: NCCL's priority streams once did.)
+struct source_name {
+  template <size_t N>
+  constexpr source_name(const char (&literal)[N]) : text(literal) {  // NOLINT: implicit, from literals only
+    static_assert(N >= 2 && N - 1 <= 32, "tracepool_observe_alloc takes sources of 1 to 32 bytes");
+  }
+  const char* text;
+};
 // Records `size` bytes at `ptr` (observed memory of `kind`, tagged `source`) at the caller's line.
-void seen(const void* ptr, size_t size, int device, int kind, const char* source);
+void seen(const void* ptr, size_t size, int device, int kind, source_name source);
 // The driver refused `size` bytes for want of memory: tracepool's out-of-memory report.
-void refused(size_t size, int device, const char* source);
+void refused(size_t size, int device, source_name source);
 // A device allocation's outcome: recorded when made, an out-of-memory report when refused for want of memory.
-void seen_device(CUresult r, const CUdeviceptr* ptr, size_t size, int kind, const char* source);
+void seen_device(CUresult r, const CUdeviceptr* ptr, size_t size, int kind, source_name source);
 // Forgets what was recorded at `ptr`, before the driver takes it back.
 void gone(const void* ptr);
 

@@ -13,7 +13,9 @@
  *   launch    launches one function twice and another once, then asks a third and the first for an
  *             attribute (run_kernels): the stand-in loads each one's code (2 MiB) at its first use, as lazy
  *             loading does
- *   streams   makes three streams and destroys one (make_streams): each takes 2 MiB of the stand-in's device
+ *   streams   makes three streams and one with a priority, and destroys one (make_streams): each takes 2 MiB of
+ *             the stand-in's device
+ *   peer [off] enables peer access to the context (enable_peer_access): 2 MiB; with `off`, disables it after
  *   oom       keeps 3 MiB (keep_some), then asks for 64 GiB, more than the device has (ask_too_much)
  *   bench N   N pairs of cuMemAlloc(64 KiB) + cuMemFree through the runtime's way after a warm-up; prints ns
  *             per pair (tests/bench/intercept_bench.py: what the interposer adds to each pair)
@@ -205,13 +207,27 @@ KEEP static int run_kernels(void) {
 
 KEEP static int make_streams(void) {
   int (*create)(void**, unsigned) = (int (*)(void**, unsigned))entry("cuStreamCreate");
+  int (*with_priority)(void**, unsigned, int) = (int (*)(void**, unsigned, int))entry("cuStreamCreateWithPriority");
   int (*destroy)(void*) = (int (*)(void*))entry("cuStreamDestroy");
-  void* streams[3] = {NULL, NULL, NULL};
-  if (create == NULL || destroy == NULL) return 1;
+  void* streams[4] = {NULL, NULL, NULL, NULL};
+  if (create == NULL || with_priority == NULL || destroy == NULL) return 1;
   for (int i = 0; i < 3; ++i)
     if (create(&streams[i], 0) != 0) return 1;
+  if (with_priority(&streams[3], 0, -1) != 0) return 1;  /* as NCCL makes its streams */
   if (destroy(streams[1]) != 0) return 1;
-  printf("streams: 3 made, 1 destroyed\n");
+  printf("streams: 3 made, 1 more with a priority, 1 destroyed\n");
+  return 0;
+}
+
+/* Enables peer access to the context; with `off`, disables it after. */
+KEEP static int enable_peer_access(int off) {
+  int (*retain)(void**, int) = (int (*)(void**, int))entry("cuDevicePrimaryCtxRetain");
+  int (*enable)(void*, unsigned) = (int (*)(void*, unsigned))entry("cuCtxEnablePeerAccess");
+  int (*disable)(void*) = (int (*)(void*))entry("cuCtxDisablePeerAccess");
+  void* context = NULL;
+  if (retain == NULL || enable == NULL || disable == NULL || retain(&context, 0) != 0) return 1;
+  if (enable(context, 0) != 0 || (off && disable(context) != 0)) return 1;
+  printf("peer: enabled%s\n", off ? ", disabled" : "");
   return 0;
 }
 
@@ -249,6 +265,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "oom") == 0) return keep_some() || ask_too_much();
   if (strcmp(argv[1], "launch") == 0) return run_kernels();
   if (strcmp(argv[1], "streams") == 0) return make_streams();
+  if (strcmp(argv[1], "peer") == 0) return enable_peer_access(argc == 3 && strcmp(argv[2], "off") == 0);
   if (strcmp(argv[1], "bench") == 0 && argc == 3) {
     const long n = atol(argv[2]);
     unsigned long long p = 0;

@@ -13,7 +13,7 @@
  * Built twice (tests/CMakeLists.txt): STAND_IN_MINIMAL exports only the entry points listed above the
  * marker below (what issue 34's separate check offers: a driver that lacks nearly everything); the full
  * one adds the other ways programs get memory (pitch, managed, pinned host, pool, VMM handles), and the
- * primary context, modules, lazily loaded code and streams, which take device memory of their own. */
+ * primary context, modules, lazily loaded code, streams and peer access, which take device memory of their own. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -35,6 +35,8 @@ enum {
   CUDA_ERROR_NOT_INITIALIZED = 3,
   CUDA_ERROR_INVALID_DEVICE = 101,
   CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+  CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
 };
 enum { CU_GET_PROC_ADDRESS_SUCCESS = 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1 };
 
@@ -281,7 +283,40 @@ EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
   return r;
 }
 
+EXPORT CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned flags, int priority) {
+  (void)priority;
+  return cuStreamCreate(stream, flags);
+}
+
 EXPORT CUresult cuStreamDestroy_v2(CUstream stream) { return release((CUdeviceptr)(uintptr_t)stream); }
+
+/* Peer access to a context maps it here at a cost of 2 MiB, until disabled (one peer at a time: the stand-in has
+ * one context, and a program that enables access to it twice gets the real driver's answer). */
+enum { peer_bytes = 2 << 20 };
+static CUdeviceptr peer_mapping; /* under lock: 0 while no peer access is enabled */
+
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) {
+  if (peer == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  const int enabled = peer_mapping != 0;
+  pthread_mutex_unlock(&lock);
+  if (enabled) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  CUdeviceptr made = 0;
+  const CUresult r = allocate(&made, peer_bytes);
+  pthread_mutex_lock(&lock);
+  if (r == CUDA_SUCCESS) peer_mapping = made;
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  if (peer == NULL) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  const CUdeviceptr mapping = peer_mapping;
+  peer_mapping = 0;
+  pthread_mutex_unlock(&lock);
+  return mapping != 0 ? release(mapping) : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+}
 #endif
 
 static const struct { CUresult code; const char* name; const char* text; } errors[] = {
@@ -345,7 +380,10 @@ static const struct { const char* name; void* fn; } table[] = {
     {"cuLaunchKernel", (void*)cuLaunchKernel},
     {"cuFuncGetAttribute", (void*)cuFuncGetAttribute},
     {"cuStreamCreate", (void*)cuStreamCreate},
+    {"cuStreamCreateWithPriority", (void*)cuStreamCreateWithPriority},
     {"cuStreamDestroy", (void*)cuStreamDestroy_v2},
+    {"cuCtxEnablePeerAccess", (void*)cuCtxEnablePeerAccess},
+    {"cuCtxDisablePeerAccess", (void*)cuCtxDisablePeerAccess},
 #endif
 };
 

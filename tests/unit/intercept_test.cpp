@@ -184,7 +184,22 @@ TEST(Intercept, StreamsAreMeasuredUntilDestroyed) {
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_FALSE(r.report.is_null()) << r.output;
   EXPECT_EQ(bytes_at(r.report, "make_streams", "outside the pool: stream (cuStreamCreate)"), 4 * MiB) << r.report.dump(1);
-  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 4 * MiB);
+  EXPECT_EQ(bytes_at(r.report, "make_streams", "outside the pool: stream (with priority)"), 2 * MiB) << r.report.dump(1);
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>(), 6 * MiB);
+}
+
+// Peer access maps the peer's memory here, and what that takes is measured until it is disabled.
+TEST(Intercept, PeerAccessIsMeasuredUntilDisabled) {
+  const intercepted r = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "peer"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.report.is_null()) << r.output;
+  EXPECT_EQ(bytes_at(r.report, "enable_peer_access", "outside the pool: peer access"), 2 * MiB) << r.report.dump(1);
+  const intercepted off = run_intercepted({TRACEPOOL_INTERCEPT_CLIENT, "peer", "off"});
+  ASSERT_EQ(off.status, 0) << off.output;
+  ASSERT_FALSE(off.report.is_null()) << off.output;
+  EXPECT_EQ(bytes_at(off.report, "enable_peer_access", "outside the pool: peer access"), 0u) << off.report.dump(1);
+  EXPECT_EQ(r.report["devices"][0]["observed_bytes"].get<uint64_t>() - off.report["devices"][0]["observed_bytes"].get<uint64_t>(),
+            2 * MiB) << "the context alone is left";
 }
 
 TEST(Intercept, AContextReleasedForTheLastTimeIsGone) {
