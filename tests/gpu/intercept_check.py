@@ -496,6 +496,8 @@ def ddp_rows(work, rows):
                             os.path.join(folder, "report-rank1.json")])
     checks.append(("merge exit %d" % merged_rc, merged_rc == 0))
     expect(rows, step, checks, "; ".join(details))
+    for rank, report in sorted(reports.items()):
+        accounting_row(rows, "intercept: DDP rank %d" % rank, report)
 
 
 PEER_SCRIPT = """
