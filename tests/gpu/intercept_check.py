@@ -46,6 +46,7 @@ def sh(args, timeout=120, env=None, cwd=None):
     print("$ %s\n  exit %d\n%s%s" % (" ".join(map(str, args)), p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
     # The interposer says once per process when the library refused to record something (its memory is then
     # "not seen"): a source name too long once hid NCCL's priority streams.
+    LAST_STDERR[0] = p.stderr
     for line in p.stderr.splitlines():
         if "later failures to record are not said" in line:
             UNRECORDED.append("%s: %s" % (os.path.basename(str(args[-1])), line.split("intercept: ", 1)[-1]))
@@ -53,6 +54,7 @@ def sh(args, timeout=120, env=None, cwd=None):
 
 
 UNRECORDED = []  # lines in which the interposer said it could not record
+LAST_STDERR = [""]  # what the last command wrote on stderr
 
 
 def intercepted(work, name, program, extra=()):
@@ -525,17 +527,24 @@ def peer_rows(work, rows):
     script = os.path.join(work, "peer_access.py")
     with open(script, "w") as f:
         f.write(PEER_SCRIPT)
-    rc, report, stdout = intercepted(work, "peer", ["--no-torch", "--no-cupy", "--no-numba", script])
+    os.environ["TRACEPOOL_INTERCEPT_LOG"] = "1"  # its measuring lines show the call was measured
+    try:
+        rc, report, stdout = intercepted(work, "peer", ["--no-torch", "--no-cupy", "--no-numba", script])
+    finally:
+        os.environ.pop("TRACEPOOL_INTERCEPT_LOG", None)
     if report is None:
         rows.append("FAIL|%s|exit %d, no report" % (step, rc))
         return
-    peer = [e for e in report["leaks"] if e["tags"][-1:] and "cuCtxEnablePeerAccess" in e["tags"][-1]]
+    measured = [line.split("peer access: ", 1)[1] for line in LAST_STDERR[0].splitlines() if "intercept: peer access: device" in line]
+    peer = [e for e in report["leaks"] if e["tags"][-1:] == ["outside the pool: peer access"]]
     astray = [e for e in peer if not any(f["function"] == "enable_peer" for f in e["frames"])]
     expect(rows, step, [("exit %d" % rc, rc == 0), ("peer access from PyTorch", "peer True" in stdout),
+                        ("cuCtxEnablePeerAccess measured %d times" % len(measured), len(measured) >= 1),
                         ("%d peer-access sites not at enable_peer" % len(astray), not astray)],
-           "peer access took %s; %s" % (", ".join("%.1f MiB on device %s at %s" % (
-               e["bytes"] / MiB, "/".join(str(b["device"]) for b in e.get("by_device", [])), e.get("title", "?"))
-               for e in peer) or "nothing the driver counts (no site)", split_words(report)))
+           "cuCtxEnablePeerAccess measured (%s); it took %s; %s" % ("; ".join(measured), ", ".join(
+               "%.1f MiB on device %s at %s" % (e["bytes"] / MiB, "/".join(str(b["device"]) for b in e.get("by_device", [])),
+                                                 e.get("title", "?")) for e in peer) or "nothing the driver counts (no site)",
+               split_words(report)))
 
 
 def main():

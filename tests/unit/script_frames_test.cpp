@@ -506,8 +506,8 @@ __attribute__((noinline)) void start_threads_then_reach_the_driver(tracepool_t* 
       wait_then_alloc();
     });
     started.fetch_add(1);
+    grandchild.join();  // before this thread allocates: leaf_alloc keeps what it got in an unguarded list
     wait_then_alloc();
-    grandchild.join();
   });
   while (started.load() < 2) std::this_thread::yield();
   toy_eval(tp, {&step_fn, &alloc_fn}, observe_outside);
