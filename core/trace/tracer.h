@@ -60,9 +60,14 @@ inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread be
 // the frames of its origin's latest site, else of the origin itself: the line that started it work at
 // the driver most recently. That is a line of the right thread, at a moment when it handed work over,
 // but not a proof: a thread working from a queue while its starter runs ahead is charged to the
-// starter's last trip to the driver. The borrowed description is copied from the lent site's, made
-// while its thread ran those frames: the provider is never asked to describe frames on a thread that
-// does not run them.
+// starter's last trip to the driver. Other limits, for simplicity's sake: `latest` belongs to the lent
+// site, not to the lending thread, so two threads that start threads from the same site share it, and
+// a site lent again keeps the latest from before; a thread that has lent from more than
+// max_lent_origins sites no longer updates the oldest, whose threads keep its last latest; and under
+// capture:python (no native frames to tell them apart) a borrowed capture whose frames and tags equal
+// a site of the lending thread's own is that site, shown without the borrowed flag. The borrowed
+// description is copied from the lent site's, made while its thread ran those frames: the provider is
+// never asked to describe frames on a thread that does not run them.
 inline constexpr size_t max_lent_origins = 16;
 
 class tracer final : public observer {

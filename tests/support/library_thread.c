@@ -8,7 +8,7 @@
 
 typedef int (*mem_alloc_fn)(unsigned long long* ptr, size_t size);
 
-static int allocate_now(size_t size) {
+__attribute__((noinline)) static int allocate_now(size_t size) {  /* a frame of its own: the tests look for it */
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
   mem_alloc_fn alloc = cuda != NULL ? (mem_alloc_fn)dlsym(cuda, "cuMemAlloc_v2") : NULL;
   unsigned long long ptr = 0;
@@ -29,8 +29,9 @@ __attribute__((visibility("default"))) int allocate_on_its_own_thread(size_t siz
 /* A worker started once, which allocates what each call of run_on_worker asks, while that call waits. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
-static size_t asked;     /* bytes to allocate, 0: nothing asked */
-static int answer = 1;   /* the driver's status for the last request, 1: not yet answered */
+static size_t asked;  /* bytes to allocate, 0: nothing asked */
+static int answered;  /* the last request's answer is in `answer` */
+static int answer;    /* the driver's status for the last request */
 
 static void* serve(void* unused) {
   (void)unused;
@@ -43,6 +44,7 @@ static void* serve(void* unused) {
     pthread_mutex_lock(&lock);
     asked = 0;
     answer = status;
+    answered = 1;
     pthread_cond_broadcast(&changed);
   }
   return NULL;
@@ -54,13 +56,14 @@ __attribute__((visibility("default"))) int start_worker(void) {
   return pthread_create(&thread, NULL, serve, NULL) == 0 && pthread_detach(thread) == 0 ? 0 : -1;
 }
 
-/* Has the worker allocate `size` bytes and waits for it: the driver's status. */
+/* Has the worker allocate `size` bytes (at least 1) and waits for it: the driver's status, or -1. */
 __attribute__((visibility("default"))) int run_on_worker(size_t size) {
+  if (size == 0) return -1;
   pthread_mutex_lock(&lock);
   asked = size;
-  answer = 1;
+  answered = 0;
   pthread_cond_broadcast(&changed);
-  while (answer == 1) pthread_cond_wait(&changed, &lock);
+  while (!answered) pthread_cond_wait(&changed, &lock);
   const int status = answer;
   pthread_mutex_unlock(&lock);
   return status;

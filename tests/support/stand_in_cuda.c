@@ -295,16 +295,19 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream stream) { return release((CUdevicept
 enum { peer_bytes = 2 << 20 };
 static CUdeviceptr peer_mapping; /* under lock: 0 while no peer access is enabled */
 
+enum { peer_enabling = 1 }; /* peer_mapping while one thread enables access, outside the lock */
+
 EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) {
   if (peer == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   const int enabled = peer_mapping != 0;
+  if (!enabled) peer_mapping = peer_enabling; /* claimed: a second caller now finds it enabled */
   pthread_mutex_unlock(&lock);
   if (enabled) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
   CUdeviceptr made = 0;
   const CUresult r = allocate(&made, peer_bytes);
   pthread_mutex_lock(&lock);
-  if (r == CUDA_SUCCESS) peer_mapping = made;
+  peer_mapping = r == CUDA_SUCCESS ? made : 0;
   pthread_mutex_unlock(&lock);
   return r;
 }
@@ -313,8 +316,9 @@ EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
   if (peer == NULL) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   const CUdeviceptr mapping = peer_mapping;
-  peer_mapping = 0;
+  if (mapping != peer_enabling) peer_mapping = 0;
   pthread_mutex_unlock(&lock);
+  if (mapping == peer_enabling) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED; /* not yet */
   return mapping != 0 ? release(mapping) : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
 }
 #endif

@@ -473,9 +473,10 @@ TRACEPOOL_API int tracepool_add_bindings_module(const void* address);
  * the new thread passes that value to tracepool_adopt_thread_origin before its work. Its captures
  * that find no script frames then end with the starting thread's, flagged TRACEPOOL_FRAME_BORROWED,
  * and so do those of the threads it starts in turn: the frames of the latest site at which the
- * starting thread reached the driver since (tracepool_observe_alloc), as the work such a thread does
- * is mostly what a later call of its starter handed it, else of where it stood when it started the
- * thread (Note [Thread origins] in core/trace/tracer.h). The interposer (libtracepool_intercept.so) does
+ * starting thread reached the driver since (memory it told of with tracepool_observe_alloc, or
+ * tracepool_observe_oom, whose capture was not sampled out), as the work such a thread does is mostly
+ * what a later call of its starter handed it, else of where it stood when it started the thread (Note
+ * [Thread origins] in core/trace/tracer.h, which says where this guess falls short). The interposer (libtracepool_intercept.so) does
  * this for every pthread_create once it has recorded anything. *out is 0 when there are no script
  * frames to lend (capture off or without script frames, no provider, no interpreter frames here). */
 TRACEPOOL_API int tracepool_thread_origin(tracepool_t* tp, uint64_t* out);
