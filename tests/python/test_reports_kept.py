@@ -56,6 +56,20 @@ def test_run_refuses_an_output_path_it_cannot_write_before_the_program_starts(tm
     assert err.startswith("tracepool: run: %s: cannot write %s: %s: no such folder" % (option, bad, os.path.dirname(bad))), err
 
 
+def test_run_says_how_to_open_what_it_wrote_and_the_command_works(tmp_path):
+    """Issue 35: after writing a report, the command that opens it."""
+    saved, page = tmp_path / "my reports" / "r.json", tmp_path / "r.html"
+    saved.parent.mkdir()
+    rc, out, err = finish(start(tmp_path, LEAK, args=["-o", str(saved), "--html", str(page)]))
+    assert rc == 0, err
+    assert "report written to %s; read it with: python -m tracepool report '%s'\n" % (saved, saved) in err, err
+    assert "report written to %s; open it in a browser: %s\n" % (page, page.resolve().as_uri()) in err, err
+    command = err.split("read it with: ")[1].splitlines()[0]
+    shown = subprocess.run(command.replace("python", sys.executable, 1), shell=True, capture_output=True, text=True,
+                           env=dict(os.environ, TRACEPOOL_CONF="backend:host"), timeout=60)
+    assert shown.returncode == 0 and "child.py" in shown.stdout, (command, shown.stdout, shown.stderr)
+
+
 def test_a_report_whose_folder_went_away_goes_to_the_temporary_folder(tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()

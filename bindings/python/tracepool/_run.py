@@ -200,10 +200,26 @@ def _write_rendered(data, path, format, top):
         sys.stderr.write(tracepool._render(data, "text", top))
         return 1
     if why:
-        print("tracepool: %s; the report went to %s instead" % (why, written), file=sys.stderr)
+        print("tracepool: %s; the report went to %s instead%s" % (why, written, _how_to_open(written, format)),
+              file=sys.stderr)
         return 1
-    print("tracepool: report written to %s" % written, file=sys.stderr)
+    print("tracepool: report written to %s%s" % (written, _how_to_open(written, format)), file=sys.stderr)
     return 0
+
+
+def _how_to_open(path, format):
+    """"; " and the command that shows a report written as `format` at `path`, for the line that says where it went;
+    nothing for what is not a file (a device, a FIFO)."""
+    import pathlib
+    import shlex
+
+    if not os.path.isfile(path):
+        return ""
+    if format == "html":
+        return "; open it in a browser: %s" % pathlib.Path(path).resolve().as_uri()
+    if format == "json":
+        return "; read it with: python -m tracepool report %s" % shlex.quote(str(path))
+    return "; read it with: less %s" % shlex.quote(str(path))
 
 
 def _check_outputs(options):
