@@ -37,6 +37,9 @@ class ShapeOnlyTensor:
         for n in shape:
             nbytes *= n
         self.ptr = tracepool.alloc(nbytes)
+        # As CuPy's and Numba's arrays show their memory (the CUDA Array Interface), so that the report can
+        # name the Python object that holds each leaked block.
+        self.__cuda_array_interface__ = {"data": (self.ptr, False), "shape": shape, "typestr": "<f4", "version": 3}
 
     def __del__(self):
         tracepool.free(self.ptr)

@@ -303,7 +303,8 @@ device_summary walk_device(allocator& a, const device_blocks& dev, const report&
     if (b.site == 0 && r.sample_bytes != 0) continue;
     live_tally& l = w->live[b.site];
     l.add(t, b, dev.device);
-    if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.size));
+    // The bytes asked for, as the site's own figure counts them: a holder's share then adds up to it.
+    if (addresses) l.addresses.emplace_back(b.address, static_cast<int64_t>(b.requested));
   }
   for (const observed_block& o : dev.observed) {  // live as pool blocks are, at sites of their own
     (o.kind == observed_kind::host      ? ds.observed_host_bytes

@@ -474,6 +474,12 @@ def test_demo_names_its_growing_lines_and_shows_its_activations_as_cached(tmp_pa
     [loss] = site_at(report["leaks"], DEMO, loss_line)
     assert loss["growing"] and loss["tags"] == ["train"] and loss["blocks"] == 24
     assert [s for s in report["leaks"] if s["growing"]] == [outputs, loss]
+    # The stand-in tensors show their memory as CuPy's arrays do (__cuda_array_interface__, an attribute of each
+    # object): the lists that keep them are named, each holding all of its site's bytes.
+    assert [(h["holder"], h["bytes"], h["blocks"]) for h in outputs["held_by"]] == [
+        ("list `val_outputs` (global in leaky_training.py)", 18 << 20, 9)]
+    assert [(h["holder"], h["bytes"], h["blocks"]) for h in loss["held_by"]] == [
+        ("list `losses` (global in leaky_training.py)", loss["bytes"], 24)]
     assert site_at(report["cached"], DEMO, activations_line)
     assert not site_at(report["leaks"], DEMO, activations_line)
 

@@ -102,6 +102,26 @@ def test_global_list_of_the_program_is_named_with_its_file():
     assert found["exposing"] == 10
 
 
+class InstanceArray:
+    """A device array whose __cuda_array_interface__ is an attribute of the object, not of its type (the CUDA
+    Array Interface allows both)."""
+
+    def __init__(self, address):
+        self.__cuda_array_interface__ = {"data": (address, False), "shape": (BLOCK,), "typestr": "|u1", "version": 3}
+
+    def __getattr__(self, name):  # the search must not run the program's code to find the interface
+        raise AssertionError("__getattr__(%r) called" % name)
+
+
+def test_an_object_that_carries_the_interface_itself_is_found():
+    addrs = addresses(3)
+    program = {"val_outputs": [InstanceArray(a) for a in addrs]}
+    found = holders.find_holders(blocks_of(addrs), program_globals=program, program_name="demo.py")
+    entry = only_holder(found)
+    assert entry["holder"] == "list `val_outputs` (global in demo.py)"
+    assert (entry["blocks"], found["exposing"]) == (3, 3)
+
+
 def test_closure_cell_is_named_with_the_function_and_the_cell():
     addrs = addresses(4)
     program = {"h": make_hook(FakeArray(a) for a in addrs)}

@@ -1,5 +1,6 @@
 """How Python objects show device memory, for the holder search (Note [Who holds it] in _holders.py):
-a torch tensor by its storage, CuPy and Numba arrays by __cuda_array_interface__, anything else by a
+a torch tensor by its storage, CuPy and Numba arrays by __cuda_array_interface__ (a property of their
+type, or an attribute of the object itself, as the CUDA Array Interface allows), anything else by a
 DLPack capsule read with ctypes. Each function takes an object and returns the address its data starts
 at; `address` turns a failure into None. Standard library only."""
 
@@ -51,6 +52,24 @@ def address(expose, obj):
         return expose(obj)
     except BaseException:
         return None
+
+
+def instance_exposers(samples):
+    """type -> interface_address for the types in `samples` (type -> one of its objects) whose objects carry
+    __cuda_array_interface__ themselves, an attribute set on the object rather than a property of its type:
+    judged by that one object, read with object.__getattribute__, which runs none of the program's code (no
+    __getattr__ or __getattribute__ of the type; the type has no such attribute, so no descriptor either)."""
+    found = {}
+    for tp, obj in samples.items():
+        try:
+            if type.__getattribute__(tp, "__dictoffset__") == 0:  # its objects have no attributes of their own
+                continue
+            interface = object.__getattribute__(obj, "__cuda_array_interface__")
+            if isinstance(interface, dict) and "data" in interface:
+                found[tp] = interface_address
+        except BaseException:  # not there (AttributeError), or a broken object: the type is skipped
+            pass
+    return found
 
 
 def exposers(types_seen, tensor_type):

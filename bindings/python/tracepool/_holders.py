@@ -215,8 +215,14 @@ class _Search:
         self.objects = len(objs)
         self.publish("looking for objects that expose the blocks")  # the count, before the program's code runs
         tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
-        tracked_types = set(map(type, objs))
+        samples = dict(zip(map(type, objs), objs))  # each type, with one of its objects (the last)
+        tracked_types = set(samples)
         exposers = exposing.exposers(tracked_types, tensor_type)
+        # The other types' objects may carry the interface themselves: judged by that one object.
+        for tp in exposers:
+            samples.pop(tp, None)
+        exposers.update(exposing.instance_exposers(samples))
+        del samples
         candidates = [o for o in objs if type(o) in exposers] if exposers else []
         # gc does not track some types (numpy arrays): their instances are seen as referents only
         referents = gc.get_referents(*objs)

@@ -344,7 +344,8 @@ TRACEPOOL_API int tracepool_report_string(tracepool_t* tp, const char* format, c
  * one of json, text, html"), quoting at most 64 bytes of it with control characters shown as \xNN. */
 /* A host's holder search (tracepool's Python package passes one: what keeps each leaked block alive).
  * A report made with one calls it once, after the memory is collected and with no lock of tracepool
- * held, with every live block of every leak: its address, its bytes and the leak's index in the
+ * held, with every live block of every leak: its address, the bytes asked for it (as the leak's
+ * "bytes" counts them; the block may be rounded up beyond them) and the leak's index in the
  * report's "leaks". It returns what it found as JSON, in memory from malloc that tracepool frees:
  *   {"held_by": {"<leak index>": [{"holder": ..., "bytes": ..., "blocks": ..., "example": ...}, ...]},
  *    "holder_search": {"complete": ..., "objects": ..., "exposing": ..., "seconds": ..., "note": ...}}
@@ -367,7 +368,7 @@ typedef struct tracepool_report_options {
   int top;            /* call sites the text lists per section, largest first (0: 10; JSON has every site) */
   const char* name;   /* tracepool_render_report: what its messages call the text, a file name say
                          (NULL: "the text") */
-  int addresses;      /* nonzero: each JSON "leaks" entry carries "addresses", [[address, bytes], ...] of
+  int addresses;      /* nonzero: each JSON "leaks" entry carries "addresses", [[address, bytes asked], ...] of
                          its live blocks, for a tool that names what holds them. Saved reports drop
                          them when rendered. */
   tracepool_holders_fn holders; /* who holds the leaks' blocks (NULL: not asked); see tracepool_holders_fn */
