@@ -158,7 +158,7 @@ def _parser():
         metavar="TEXT",
         help="tracepool's configuration, key:value pairs separated by commas, as TRACEPOOL_CONF (which it "
         "replaces), e.g. backend:host,sample_bytes:1MiB or capture:native,capture_depth:64. "
-        "README.md's configuration table lists the keys",
+        "docs/configuration.md lists the keys",
     )
     run.add_argument(
         "-o",

@@ -18,7 +18,7 @@
  * device fail with TRACEPOOL_ERR_UNAVAILABLE saying so, while frees of inherited blocks and reports
  * work. Use the 'spawn' start method for worker processes that need the GPU.
  *
- * Full documentation: README.md (C API, configuration keys) and docs/.
+ * Full documentation: docs/c-api.md, docs/c-api-reference.md and docs/configuration.md (the keys).
  */
 #ifndef TRACEPOOL_TRACEPOOL_H
 #define TRACEPOOL_TRACEPOOL_H
