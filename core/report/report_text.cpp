@@ -316,7 +316,9 @@ void growth(std::string& out, const report& r) {
                "sixteenth of the run never fell, rose twice, and rose in the second half.\n",
                static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3);
   } else if (r.growth_basis == growth_basis_none && r.auto_mark_ms != 0) {
-    out += printf_string("Growth: %zu automatic marks so far, too few to tell growing sites (%zu needed); no marks made.\n",
+    out += printf_string("Growth: %zu automatic marks so far, too few to tell growing sites (%zu needed); no marks made. "
+                         "To tell in a short run, mark each epoch (tracepool.mark(\"epoch\"), tracepool_mark in C): "
+                         "three marks are enough.\n",
                          r.auto_marks.size(), min_growth_marks);
   }
   if (!r.holders.made) return;

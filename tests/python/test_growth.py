@@ -148,3 +148,21 @@ def test_holders_can_be_left_out(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["holder_search"] is None
     assert all(not s["held_by"] for s in data["leaks"])
+
+
+def test_a_run_too_short_to_tell_growth_says_how_to_make_it_tell(tmp_path):
+    """Issue 35: when the automatic marks are too few and the program made none, the text says what to do, and
+    doing it (three marks) makes the growing line known."""
+    program = tmp_path / "p.py"
+    env = dict(os.environ, TRACEPOOL_CONF="backend:host")
+    for marks in (False, True):
+        program.write_text("import tracepool\nkept = []\nfor epoch in range(3):\n"
+                           "    kept.append(tracepool.alloc(1 << 20))\n" + ("    tracepool.mark('epoch')\n" if marks else ""))
+        done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", program], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        hint = 'To tell in a short run, mark each epoch (tracepool.mark("epoch"), tracepool_mark in C)'
+        if marks:
+            assert hint not in done.stderr and "GROWING across marks" in done.stderr, done.stderr
+        else:
+            assert hint in done.stderr and "GROWING" not in done.stderr, done.stderr

@@ -136,6 +136,8 @@ def test_reports_of_every_shape_draw_whole(page, demo, tmp_path):
     drawn(page, variant(demo, tmp_path, "cache_only", cache_only)[0])
     assert page.evaluate("tracepoolView.state.flameKind") == "cached" and page.evaluate("tracepoolView.flame.total") > 0
     assert "Reserved but free" in texts(page, "#table-note")[0] and texts(page, "tr.site-row")
+    page.click("#table-tabs button[data-table=growing]")  # no marks: the page says how to get them
+    assert 'too few marks were made to tell: mark each epoch, tracepool.mark("epoch")' in texts(page, "#table-note")[0]
     assert "allocation history: 3 events" in " ".join(texts(page, "#timeline-legend span"))
 
     # Pools: one holding only free memory is listed too.

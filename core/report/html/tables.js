@@ -80,7 +80,8 @@ const TABLES = {
     "Leaked: memory still allocated at exit, by call site." : "Live: memory allocated now, by call site." },
   growing: { title: "Growing", list: "leaks", filter: (e) => e.s.growing,
     note: (r) => "Sites whose live memory grew across the " + (r.growth_basis === "automatic marks" ? "automatic marks" : "marks") +
-      (r.growth_basis === "none" ? " (too few marks were made to tell)" : "") + "." },
+      (r.growth_basis === "none" ? " (too few marks were made to tell: mark each epoch, tracepool.mark(\"epoch\"), and " +
+        "three marks are enough)" : "") + "." },
   retained: { title: "Retained", list: "retained",
     note: () => "Live blocks that outlived marks, by site and the mark before their birth." },
   cached: { title: "Cached", list: "cached",
