@@ -104,18 +104,24 @@ def test_global_list_of_the_program_is_named_with_its_file():
 
 class InstanceArray:
     """A device array whose __cuda_array_interface__ is an attribute of the object, not of its type (the CUDA
-    Array Interface allows both)."""
+    Array Interface allows both); without an address, an object of the type that has none."""
 
-    def __init__(self, address):
-        self.__cuda_array_interface__ = {"data": (address, False), "shape": (BLOCK,), "typestr": "|u1", "version": 3}
+    def __init__(self, address=None):
+        if address is not None:
+            self.__cuda_array_interface__ = {"data": (address, False), "shape": (BLOCK,), "typestr": "|u1", "version": 3}
 
     def __getattr__(self, name):  # the search must not run the program's code to find the interface
         raise AssertionError("__getattr__(%r) called" % name)
 
+    def __getattribute__(self, name):
+        if name == "__cuda_array_interface__":
+            raise AssertionError("__getattribute__ called")
+        return object.__getattribute__(self, name)
+
 
 def test_an_object_that_carries_the_interface_itself_is_found():
     addrs = addresses(3)
-    program = {"val_outputs": [InstanceArray(a) for a in addrs]}
+    program = {"val_outputs": [InstanceArray(a) for a in addrs], "empty": InstanceArray()}
     found = holders.find_holders(blocks_of(addrs), program_globals=program, program_name="demo.py")
     entry = only_holder(found)
     assert entry["holder"] == "list `val_outputs` (global in demo.py)"

@@ -62,12 +62,15 @@ def test_run_says_how_to_open_what_it_wrote_and_the_command_works(tmp_path):
     saved.parent.mkdir()
     rc, out, err = finish(start(tmp_path, LEAK, args=["-o", str(saved), "--html", str(page)]))
     assert rc == 0, err
-    assert "report written to %s; read it with: python -m tracepool report '%s'\n" % (saved, saved) in err, err
+    assert "report written to %s; read it with: %s -m tracepool report '%s'\n" % (saved, sys.executable, saved) in err, err
     assert "report written to %s; open it in a browser: %s\n" % (page, page.resolve().as_uri()) in err, err
     command = err.split("read it with: ")[1].splitlines()[0]
-    shown = subprocess.run(command.replace("python", sys.executable, 1), shell=True, capture_output=True, text=True,
+    shown = subprocess.run(command, shell=True, capture_output=True, text=True,
                            env=dict(os.environ, TRACEPOOL_CONF="backend:host"), timeout=60)
     assert shown.returncode == 0 and "child.py" in shown.stdout, (command, shown.stdout, shown.stderr)
+    # What is not a regular file of its own gets no command: stdout, even when the shell sent it to a file.
+    rc, out, err = finish(start(tmp_path, LEAK, args=["-o", "/dev/stdout"]))
+    assert rc == 0 and "report written to /dev/stdout\n" in err, err
 
 
 def test_a_report_whose_folder_went_away_goes_to_the_temporary_folder(tmp_path):
@@ -78,7 +81,7 @@ def test_a_report_whose_folder_went_away_goes_to_the_temporary_folder(tmp_path):
     assert rc == 1, err
     saved = list((tmp_path / "tmp").glob("tracepool-report-*.json"))
     assert len(saved) == 1, (list((tmp_path / "tmp").iterdir()), err)
-    assert "the report went to %s instead" % saved[0] in err, err
+    assert "the report went to %s instead; read it with: " % saved[0] in err, err
     assert "cannot write %s" % (out_dir / "r.json") in err, err
     assert stat.S_IMODE(saved[0].stat().st_mode) == 0o600
     assert leaked_bytes(saved[0]) >= 3 << 20

@@ -32,6 +32,19 @@ def interface_address(obj):
     return int(obj.__cuda_array_interface__["data"][0])
 
 
+def own_interface_address(obj):
+    """interface_address for an object that carries the interface itself: read as instance_exposers judged it,
+    running none of the program's code (an object of the type without it raises AttributeError here, no
+    __getattr__ called)."""
+    interface = object.__getattribute__(obj, "__cuda_array_interface__")
+    if type(interface) is not dict:
+        raise TypeError("not a dict")
+    address = interface["data"][0]
+    if type(address) is not int:
+        raise TypeError("not an int")
+    return address
+
+
 def dlpack_address(obj):
     try:
         capsule = obj.__dlpack__()
@@ -54,19 +67,21 @@ def address(expose, obj):
         return None
 
 
+_dictoffset = type.__dict__["__dictoffset__"]  # read from the type itself: no metaclass's property of that name
+
+
 def instance_exposers(samples):
-    """type -> interface_address for the types in `samples` (type -> one of its objects) whose objects carry
+    """type -> own_interface_address for the types in `samples` (type -> one of its objects) whose objects carry
     __cuda_array_interface__ themselves, an attribute set on the object rather than a property of its type:
     judged by that one object, read with object.__getattribute__, which runs none of the program's code (no
     __getattr__ or __getattribute__ of the type; the type has no such attribute, so no descriptor either)."""
     found = {}
     for tp, obj in samples.items():
         try:
-            if type.__getattribute__(tp, "__dictoffset__") == 0:  # its objects have no attributes of their own
+            if _dictoffset.__get__(tp, type) == 0:  # its objects have no attributes of their own
                 continue
-            interface = object.__getattribute__(obj, "__cuda_array_interface__")
-            if isinstance(interface, dict) and "data" in interface:
-                found[tp] = interface_address
+            own_interface_address(obj)
+            found[tp] = own_interface_address
         except BaseException:  # not there (AttributeError), or a broken object: the type is skipped
             pass
     return found

@@ -215,7 +215,7 @@ class _Search:
         self.objects = len(objs)
         self.publish("looking for objects that expose the blocks")  # the count, before the program's code runs
         tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
-        samples = dict(zip(map(type, objs), objs))  # each type, with one of its objects (the last)
+        samples = dict(zip(map(type, reversed(objs)), reversed(objs)))  # each type, with its first object
         tracked_types = set(samples)
         exposers = exposing.exposers(tracked_types, tensor_type)
         # The other types' objects may carry the interface themselves: judged by that one object.

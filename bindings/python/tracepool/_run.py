@@ -208,18 +208,24 @@ def _write_rendered(data, path, format, top):
 
 
 def _how_to_open(path, format):
-    """"; " and the command that shows a report written as `format` at `path`, for the line that says where it went;
-    nothing for what is not a file (a device, a FIFO)."""
+    """"; " and the command that shows a report written as `format` at `path`, for the line that says where it went:
+    this Python's, and the absolute path (the program may have changed folders); nothing for what is not a regular
+    file itself (stderr, a device, a FIFO, /dev/stdout linked to a file)."""
     import pathlib
     import shlex
+    import stat
 
-    if not os.path.isfile(path):
+    try:
+        if path == "stderr" or not stat.S_ISREG(os.lstat(path).st_mode):
+            return ""
+    except (OSError, TypeError, ValueError):
         return ""
+    where = os.path.abspath(path)
     if format == "html":
-        return "; open it in a browser: %s" % pathlib.Path(path).resolve().as_uri()
+        return "; open it in a browser: %s" % pathlib.Path(where).as_uri()
     if format == "json":
-        return "; read it with: python -m tracepool report %s" % shlex.quote(str(path))
-    return "; read it with: less %s" % shlex.quote(str(path))
+        return "; read it with: %s -m tracepool report %s" % (shlex.quote(sys.executable), shlex.quote(where))
+    return "; read it with: less %s" % shlex.quote(where)
 
 
 def _check_outputs(options):
