@@ -24,6 +24,8 @@ struct lent_origins {
   uint64_t serial = 0;
   size_t count = 0;  // lent in all; the latest max_lent_origins are kept, in a ring
   uint32_t sites[max_lent_origins] = {};
+
+  size_t kept() const { return std::min(count, max_lent_origins); }
 };
 thread_local lent_origins lent;
 
@@ -135,17 +137,17 @@ uint64_t tracer::thread_origin() {
   // A thread that borrows its frames passes its own origin on, whose `latest` follows its starter.
   if ((described[0].flags & script_frame_borrowed) != 0 && adopted_origin >> 32 == serial_) return adopted_origin;
   if (lent.serial != serial_) lent = lent_origins{serial_, 0, {}};
-  const size_t kept = std::min(lent.count, max_lent_origins);
-  if (std::find(lent.sites, lent.sites + kept, site) == lent.sites + kept) lent.sites[lent.count++ % max_lent_origins] = site;
+  if (std::find(lent.sites, lent.sites + lent.kept(), site) == lent.sites + lent.kept())
+    lent.sites[lent.count++ % max_lent_origins] = site;
   return serial_ << 32 | site;
 }
 
 void tracer::reached_driver(uint32_t site) {
-  if (site == 0 || lent.serial != serial_ || lent.count == 0) return;
+  if (site == 0 || lent.serial != serial_ || lent.kept() == 0) return;
   const site_record& r = sites_.at(site);
   const script_frame* described = r.script.load(std::memory_order_acquire);
   if (r.script_depth == 0 || described == nullptr || (described[0].flags & script_frame_borrowed) != 0) return;
-  for (size_t i = 0; i < std::min(lent.count, max_lent_origins); ++i) {
+  for (size_t i = 0; i < lent.kept(); ++i) {
     std::atomic<uint32_t>& latest = sites_.at(lent.sites[i]).latest;
     if (latest.load(std::memory_order_relaxed) != site) latest.store(site, std::memory_order_release);
   }

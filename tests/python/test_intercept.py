@@ -95,16 +95,26 @@ def test_a_python_program_under_intercept_has_them_at_its_python_lines(stand_in,
     assert report["devices"][0]["observed_bytes"] == 7 * MiB  # the 9 MiB freed is gone
 
 
+# The first 6 lines of a program that uses tests/support/library_thread.c over the stand-in driver: it has recorded
+# once (1 MiB), so that the threads it starts from then on adopt their starter's line.
+WITH_LIBRARY = ("import ctypes\n"
+                "cuda = ctypes.CDLL('libcuda.so.1')\n"
+                "library = ctypes.CDLL('liblibrary_thread.so')\n"
+                "assert cuda.cuInit(0) == 0\n"
+                "first = ctypes.c_uint64()\n"
+                "assert cuda.cuMemAlloc_v2(ctypes.byref(first), ctypes.c_size_t(1 << 20)) == 0\n")
+
+
+def python_frames(found):
+    """(function, line, borrowed) of a site's Python frames, innermost first."""
+    return [(f["function"], f["line"], f["borrowed"]) for f in found["frames"] if f["kind"] == "python"]
+
+
 def test_a_librarys_own_thread_is_charged_to_the_python_line_that_started_it(stand_in, tmp_path):
     """Note [Thread origins]: the thread has no Python frames; its allocation ends with the frames of the line
     that started it (as NCCL's proxy thread's buffers end at the line that made the process group)."""
     (tmp_path / "group.py").write_text(
-        "import ctypes\n"
-        "cuda = ctypes.CDLL('libcuda.so.1')\n"
-        "library = ctypes.CDLL('liblibrary_thread.so')\n"
-        "assert cuda.cuInit(0) == 0\n"
-        "first = ctypes.c_uint64()\n"
-        "assert cuda.cuMemAlloc_v2(ctypes.byref(first), ctypes.c_size_t(1 << 20)) == 0\n"
+        WITH_LIBRARY +
         "def make_process_group():\n"
         "    assert library.allocate_on_its_own_thread(ctypes.c_size_t(5 << 20)) == 0\n"
         "make_process_group()\n")
@@ -113,7 +123,7 @@ def test_a_librarys_own_thread_is_charged_to_the_python_line_that_started_it(sta
     report = json.loads((tmp_path / "report.json").read_text())
     found = site(report, "allocate", "outside the pool: cuMemAlloc")
     assert found["bytes"] == 5 * MiB
-    python = [(f["function"], f["line"], f["borrowed"]) for f in found["frames"] if f["kind"] == "python"]
+    python = python_frames(found)
     assert python[:2] == [("make_process_group", 8, True), ("<module>", 9, True)], found["frames"]
     assert all(borrowed for _, _, borrowed in python), python
     assert found["frames"][0]["kind"] == "native", "the thread's own frames come first"
@@ -124,12 +134,7 @@ def test_a_librarys_worker_is_charged_to_the_line_whose_call_it_serves(stand_in,
     handed work later (the first call of a jitted function, which loads code on the calling thread and then
     waits while the worker autotunes) has its allocation at the line where the caller last reached the driver."""
     (tmp_path / "jit.py").write_text(
-        "import ctypes\n"
-        "cuda = ctypes.CDLL('libcuda.so.1')\n"
-        "library = ctypes.CDLL('liblibrary_thread.so')\n"
-        "assert cuda.cuInit(0) == 0\n"
-        "first = ctypes.c_uint64()\n"
-        "assert cuda.cuMemAlloc_v2(ctypes.byref(first), ctypes.c_size_t(1 << 20)) == 0\n"
+        WITH_LIBRARY +
         "assert library.start_worker() == 0\n"
         "def step():\n"
         "    code = ctypes.c_uint64()\n"
@@ -143,7 +148,7 @@ def test_a_librarys_worker_is_charged_to_the_line_whose_call_it_serves(stand_in,
     # Both requests at step's trip to the driver: the caller made none since, so the second is there too.
     found = site(report, "allocate_now", "outside the pool: cuMemAlloc")
     assert (found["bytes"], found["blocks"]) == (13 * MiB, 2), report["leaks"]
-    python = [(f["function"], f["line"], f["borrowed"]) for f in found["frames"] if f["kind"] == "python"]
+    python = python_frames(found)
     assert python[:2] == [("step", 10, True), ("<module>", 12, True)], found["frames"]
     assert all(borrowed for _, _, borrowed in python), python
 
