@@ -57,13 +57,14 @@ UNRECORDED = []  # lines in which the interposer said it could not record
 LAST_STDERR = [""]  # what the last command wrote on stderr
 
 
-def intercepted(work, name, program, extra=()):
-    """`run --intercept -o NAME.json [extra] PROGRAM...`; (status, the report or None, stdout)."""
+def intercepted(work, name, program, extra=(), env=None):
+    """`run --intercept -o NAME.json [extra] PROGRAM...`, with `env` (variables) added to ours; (status, the report or
+    None, stdout)."""
     out = os.path.join(work, name + ".json")
     if os.path.exists(out):
         os.unlink(out)
     rc, stdout = sh([sys.executable, "-m", "tracepool", "run", "--intercept", "--no-holders", "-o", out, *extra, *program],
-                    timeout=180)
+                    timeout=180, env=dict(os.environ, **(env or {})))
     report = json.load(open(out)) if os.path.exists(out) else None
     return rc, report, stdout
 
@@ -227,16 +228,8 @@ def jax_rows(work, rows):
     no_hooks = ["--no-torch", "--no-cupy", "--no-numba"]
     for name, env in (("platform allocator", {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
                       ("default arena, no preallocation", {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})):
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            rc, report, stdout = intercepted(work, "jax_" + name.split()[0], no_hooks + [os.path.join(work, "jax_keep.py")])
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        rc, report, stdout = intercepted(work, "jax_" + name.split()[0], no_hooks + [os.path.join(work, "jax_keep.py")],
+                                         env=env)
         if report is None:
             rows.append("FAIL|intercept: JAX, %s|exit %d, no report" % (name, rc))
             continue
@@ -527,11 +520,9 @@ def peer_rows(work, rows):
     script = os.path.join(work, "peer_access.py")
     with open(script, "w") as f:
         f.write(PEER_SCRIPT)
-    os.environ["TRACEPOOL_INTERCEPT_LOG"] = "1"  # its measuring lines show the call was measured
-    try:
-        rc, report, stdout = intercepted(work, "peer", ["--no-torch", "--no-cupy", "--no-numba", script])
-    finally:
-        os.environ.pop("TRACEPOOL_INTERCEPT_LOG", None)
+    # The interposer's log: its measuring lines show the call was measured.
+    rc, report, stdout = intercepted(work, "peer", ["--no-torch", "--no-cupy", "--no-numba", script],
+                                     env={"TRACEPOOL_INTERCEPT_LOG": "1"})
     if report is None:
         rows.append("FAIL|%s|exit %d, no report" % (step, rc))
         return
