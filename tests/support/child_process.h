@@ -17,11 +17,12 @@ namespace tracepool::testing {
 // ("NAME=value" each). Its stdout and stderr together into *out; its exit status back (128 + signal, -1
 // where it could not start). A sanitizer's runtime must not stop a child over the interposer coming first
 // (LD_PRELOAD), nor over the blocks that the test programs keep on purpose, nor over a forked child of a
-// process with threads writing its report (TSan's die_after_fork: the symbolizer starts a thread there).
+// process with threads writing its report (TSan's die_after_fork: the symbolizer starts a thread there); TSan
+// reads tsan_fork.supp (TRACEPOOL_TSAN_SUPPRESSIONS), which says what it suppresses and why.
 inline int run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, std::string* out) {
   std::vector<std::string> all = env;
   all.push_back("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0");
-  all.push_back("TSAN_OPTIONS=die_after_fork=0");
+  all.push_back("TSAN_OPTIONS=die_after_fork=0:suppressions=" TRACEPOOL_TSAN_SUPPRESSIONS);
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string v(*e);
     if (v.rfind("LD_LIBRARY_PATH=", 0) != 0 && v.rfind("LD_PRELOAD=", 0) != 0 && v.rfind("TRACEPOOL_", 0) != 0 &&
