@@ -49,7 +49,7 @@ constexpr size_t kAlignment = 512;  // backend.h promises this; cuMemAlloc docum
 // Runs on the driver's host-callback thread and keeps everything queued behind it on the stream
 // waiting until release_hold() opens the gate. It frees the gate itself, because only it knows
 // when nobody will look at the gate again.
-void CUDA_CB wait_for_gate(void* data) {
+void wait_for_gate(void* data) {
   auto* gate = static_cast<std::atomic<bool>*>(data);
   while (!gate->load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));

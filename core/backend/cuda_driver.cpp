@@ -24,7 +24,7 @@ const char* visible_devices() noexcept {
 
 // Resolves entry points one by one and remembers the first one the driver lacks.
 struct entry_point_resolver {
-  PFN_cuGetProcAddress_v12000 get_proc;
+  cuGetProcAddress_v2_t* get_proc;
   const char* missing = nullptr;
   CUresult result = CUDA_SUCCESS;
   CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -40,7 +40,7 @@ struct entry_point_resolver {
   }
 };
 
-status open_driver(PFN_cuGetProcAddress_v12000* get_proc) noexcept {
+status open_driver(cuGetProcAddress_v2_t** get_proc) noexcept {
   // RTLD_LOCAL: the host (PyTorch, CuPy) may hold the driver too; we add a handle without
   // exporting its symbols. Never dlclose'd: the driver keeps threads and atexit hooks.
   void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -54,7 +54,7 @@ status open_driver(PFN_cuGetProcAddress_v12000* get_proc) noexcept {
     return fail(status::unavailable, "backend cuda: libcuda.so.1 has no cuGetProcAddress_v2: the "
                 "NVIDIA driver predates CUDA 12.0 and must be updated");
   }
-  *get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(symbol);
+  *get_proc = reinterpret_cast<cuGetProcAddress_v2_t*>(symbol);
   return status::ok;
 }
 

@@ -4,54 +4,52 @@
 // calls the driver only through a driver_api.
 #pragma once
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include "backend.h"
+#include "cuda_abi.h"
 
 namespace tracepool::backend {
 
-// Every entry point used, as X(member, symbol, type of its CUDA 12.0 version).
+// Every entry point used, as X(member, base name, type of what cuGetProcAddress returns for it at CUDA 12.0).
 #define TRACEPOOL_CUDA_ENTRY_POINTS(X)                                                    \
-  X(get_error_name, cuGetErrorName, PFN_cuGetErrorName_v6000)                             \
-  X(get_error_string, cuGetErrorString, PFN_cuGetErrorString_v6000)                       \
-  X(init, cuInit, PFN_cuInit_v2000)                                                       \
-  X(device_get_count, cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                       \
-  X(device_get, cuDeviceGet, PFN_cuDeviceGet_v2000)                                       \
-  X(device_get_pci_bus_id, cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)            \
-  X(primary_ctx_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)     \
-  X(primary_ctx_get_state, cuDevicePrimaryCtxGetState, PFN_cuDevicePrimaryCtxGetState_v7000) \
-  X(ctx_get_current, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                          \
-  X(ctx_set_current, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                          \
-  X(mem_get_info, cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                   \
-  X(mem_alloc, cuMemAlloc, PFN_cuMemAlloc_v3020)                                          \
-  X(mem_free, cuMemFree, PFN_cuMemFree_v3020)                                             \
-  X(event_create, cuEventCreate, PFN_cuEventCreate_v2000)                                 \
-  X(event_destroy, cuEventDestroy, PFN_cuEventDestroy_v4000)                              \
-  X(event_record, cuEventRecord, PFN_cuEventRecord_v2000)                                 \
-  X(event_query, cuEventQuery, PFN_cuEventQuery_v2000)                                    \
-  X(event_synchronize, cuEventSynchronize, PFN_cuEventSynchronize_v2000)                  \
-  X(stream_create, cuStreamCreate, PFN_cuStreamCreate_v2000)                              \
-  X(stream_destroy, cuStreamDestroy, PFN_cuStreamDestroy_v4000)                           \
-  X(stream_synchronize, cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)               \
-  X(ctx_synchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                        \
-  X(launch_host_func, cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000)                      \
-  X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
-  X(stream_get_capture_info, cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v11030)   \
-  X(graph_node_get_dependencies, cuGraphNodeGetDependencies, PFN_cuGraphNodeGetDependencies_v10000) \
-  X(device_get_attribute, cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)            \
-  X(device_can_access_peer, cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000)       \
-  X(mem_get_granularity, cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
-  X(mem_address_reserve, cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)             \
-  X(mem_address_free, cuMemAddressFree, PFN_cuMemAddressFree_v10020)                      \
-  X(mem_create, cuMemCreate, PFN_cuMemCreate_v10020)                                      \
-  X(mem_release, cuMemRelease, PFN_cuMemRelease_v10020)                                   \
-  X(mem_map, cuMemMap, PFN_cuMemMap_v10020)                                               \
-  X(mem_unmap, cuMemUnmap, PFN_cuMemUnmap_v10020)                                         \
-  X(mem_set_access, cuMemSetAccess, PFN_cuMemSetAccess_v10020)
+  X(get_error_name, cuGetErrorName, cuGetErrorName_t)                             \
+  X(get_error_string, cuGetErrorString, cuGetErrorString_t)                       \
+  X(init, cuInit, cuInit_t)                                                       \
+  X(device_get_count, cuDeviceGetCount, cuDeviceGetCount_t)                       \
+  X(device_get, cuDeviceGet, cuDeviceGet_t)                                       \
+  X(device_get_pci_bus_id, cuDeviceGetPCIBusId, cuDeviceGetPCIBusId_t)            \
+  X(primary_ctx_retain, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain_t)     \
+  X(primary_ctx_get_state, cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState_t) \
+  X(ctx_get_current, cuCtxGetCurrent, cuCtxGetCurrent_t)                          \
+  X(ctx_set_current, cuCtxSetCurrent, cuCtxSetCurrent_t)                          \
+  X(mem_get_info, cuMemGetInfo, cuMemGetInfo_v2_t)                                   \
+  X(mem_alloc, cuMemAlloc, cuMemAlloc_v2_t)                                          \
+  X(mem_free, cuMemFree, cuMemFree_v2_t)                                             \
+  X(event_create, cuEventCreate, cuEventCreate_t)                                 \
+  X(event_destroy, cuEventDestroy, cuEventDestroy_v2_t)                              \
+  X(event_record, cuEventRecord, cuEventRecord_t)                                 \
+  X(event_query, cuEventQuery, cuEventQuery_t)                                    \
+  X(event_synchronize, cuEventSynchronize, cuEventSynchronize_t)                  \
+  X(stream_create, cuStreamCreate, cuStreamCreate_t)                              \
+  X(stream_destroy, cuStreamDestroy, cuStreamDestroy_v2_t)                           \
+  X(stream_synchronize, cuStreamSynchronize, cuStreamSynchronize_t)               \
+  X(ctx_synchronize, cuCtxSynchronize, cuCtxSynchronize_t)                        \
+  X(launch_host_func, cuLaunchHostFunc, cuLaunchHostFunc_t)                      \
+  X(exchange_capture_mode, cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode_t) \
+  X(stream_get_capture_info, cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v2_t)   \
+  X(graph_node_get_dependencies, cuGraphNodeGetDependencies, cuGraphNodeGetDependencies_t) \
+  X(device_get_attribute, cuDeviceGetAttribute, cuDeviceGetAttribute_t)            \
+  X(device_can_access_peer, cuDeviceCanAccessPeer, cuDeviceCanAccessPeer_t)       \
+  X(mem_get_granularity, cuMemGetAllocationGranularity, cuMemGetAllocationGranularity_t) \
+  X(mem_address_reserve, cuMemAddressReserve, cuMemAddressReserve_t)             \
+  X(mem_address_free, cuMemAddressFree, cuMemAddressFree_t)                      \
+  X(mem_create, cuMemCreate, cuMemCreate_t)                                      \
+  X(mem_release, cuMemRelease, cuMemRelease_t)                                   \
+  X(mem_map, cuMemMap, cuMemMap_t)                                               \
+  X(mem_unmap, cuMemUnmap, cuMemUnmap_t)                                         \
+  X(mem_set_access, cuMemSetAccess, cuMemSetAccess_t)
 
 struct driver_api {
-#define TRACEPOOL_DECLARE_ENTRY_POINT(member, symbol, type) type member = nullptr;
+#define TRACEPOOL_DECLARE_ENTRY_POINT(member, symbol, type) type* member = nullptr;
   TRACEPOOL_CUDA_ENTRY_POINTS(TRACEPOOL_DECLARE_ENTRY_POINT)
 #undef TRACEPOOL_DECLARE_ENTRY_POINT
 };

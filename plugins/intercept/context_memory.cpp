@@ -35,7 +35,7 @@ namespace {
 
 // Whether `device`'s primary context is active (retained by someone); -1 where the driver cannot say.
 int primary_active(CUdevice device) {
-  const auto state = TRACEPOOL_DRIVER_FUNCTION(PFN_cuDevicePrimaryCtxGetState_v7000, "cuDevicePrimaryCtxGetState");
+  const auto state = TRACEPOOL_DRIVER_FUNCTION(cuDevicePrimaryCtxGetState_t*, "cuDevicePrimaryCtxGetState");
   unsigned int flags = 0;
   int active = 0;
   return state != nullptr && state(device, &flags, &active) == CUDA_SUCCESS ? active != 0 : -1;
@@ -45,9 +45,9 @@ int primary_active(CUdevice device) {
 // driver's own count where this thread's current context is on `device` and can tell, else tracepool's (NVML
 // where the process has no context there).
 size_t used_on(int device) {
-  const auto get_current = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxGetCurrent_v4000, "cuCtxGetCurrent");
-  const auto get_device = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxGetDevice_v2000, "cuCtxGetDevice");
-  const auto get_info = TRACEPOOL_DRIVER_FUNCTION(PFN_cuMemGetInfo_v3020, "cuMemGetInfo_v2");
+  const auto get_current = TRACEPOOL_DRIVER_FUNCTION(cuCtxGetCurrent_t*, "cuCtxGetCurrent");
+  const auto get_device = TRACEPOOL_DRIVER_FUNCTION(cuCtxGetDevice_t*, "cuCtxGetDevice");
+  const auto get_info = TRACEPOOL_DRIVER_FUNCTION(cuMemGetInfo_v2_t*, "cuMemGetInfo_v2");
   CUcontext current = nullptr;
   CUdevice on = -1;
   size_t free_bytes = 0, total = 0;
@@ -61,10 +61,10 @@ size_t used_on(int device) {
   }
   // The device's primary context is there (another thread's, or this thread's context cannot answer): read it
   // from inside that context, taking and giving back a reference, so that nothing stays retained.
-  const auto retain = TRACEPOOL_DRIVER_FUNCTION(PFN_cuDevicePrimaryCtxRetain_v7000, "cuDevicePrimaryCtxRetain");
-  const auto release = TRACEPOOL_DRIVER_FUNCTION(PFN_cuDevicePrimaryCtxRelease_v11000, "cuDevicePrimaryCtxRelease_v2");
-  const auto push = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPushCurrent_v4000, "cuCtxPushCurrent_v2");
-  const auto pop = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPopCurrent_v4000, "cuCtxPopCurrent_v2");
+  const auto retain = TRACEPOOL_DRIVER_FUNCTION(cuDevicePrimaryCtxRetain_t*, "cuDevicePrimaryCtxRetain");
+  const auto release = TRACEPOOL_DRIVER_FUNCTION(cuDevicePrimaryCtxRelease_v2_t*, "cuDevicePrimaryCtxRelease_v2");
+  const auto push = TRACEPOOL_DRIVER_FUNCTION(cuCtxPushCurrent_v2_t*, "cuCtxPushCurrent_v2");
+  const auto pop = TRACEPOOL_DRIVER_FUNCTION(cuCtxPopCurrent_v2_t*, "cuCtxPopCurrent_v2");
   CUcontext primary = nullptr;
   if (primary_active(device) == 1 && retain != nullptr && release != nullptr && push != nullptr && pop != nullptr &&
       get_info != nullptr && retain(&primary, device) == CUDA_SUCCESS) {
@@ -103,8 +103,8 @@ struct measure {
   // made current yet), so that the driver's own count is read and tracepool retains nothing.
   void took(CUresult r, const void* handle, source_name source, CUcontext current = nullptr) const {
     if (r != CUDA_SUCCESS || handle == nullptr || before == SIZE_MAX || recording) return;
-    const auto push = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPushCurrent_v4000, "cuCtxPushCurrent_v2");
-    const auto pop = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxPopCurrent_v4000, "cuCtxPopCurrent_v2");
+    const auto push = TRACEPOOL_DRIVER_FUNCTION(cuCtxPushCurrent_v2_t*, "cuCtxPushCurrent_v2");
+    const auto pop = TRACEPOOL_DRIVER_FUNCTION(cuCtxPopCurrent_v2_t*, "cuCtxPopCurrent_v2");
     recording = true;
     const bool pushed = current != nullptr && push != nullptr && pop != nullptr && push(current) == CUDA_SUCCESS;
     const size_t after = used_on(device);
@@ -144,7 +144,7 @@ bool first_use(const void* f) {
 template <class Call, class Handle>
 CUresult measured(Call call, Handle handle, source_name source) {
   if (recording) return call();
-  const auto exchange = TRACEPOOL_DRIVER_FUNCTION(PFN_cuThreadExchangeStreamCaptureMode_v10010, "cuThreadExchangeStreamCaptureMode");
+  const auto exchange = TRACEPOOL_DRIVER_FUNCTION(cuThreadExchangeStreamCaptureMode_t*, "cuThreadExchangeStreamCaptureMode");
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   const bool relaxed = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
   const measure m(current_device());

@@ -173,7 +173,7 @@ tracepool_t* instance() {
 }
 
 int current_device() {
-  const auto get = TRACEPOOL_DRIVER_FUNCTION(PFN_cuCtxGetDevice_v2000, "cuCtxGetDevice");
+  const auto get = TRACEPOOL_DRIVER_FUNCTION(cuCtxGetDevice_t*, "cuCtxGetDevice");
   static std::atomic<bool> said{false};
   CUdevice device = 0;
   if (get == nullptr) say_once(&said, "the driver has no cuCtxGetDevice: its allocations are put on device 0", "");
@@ -270,7 +270,7 @@ TRACEPOOL_EXPORT void* dlsym(void* __restrict handle, const char* __restrict nam
 
 TRACEPOOL_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                               CUdriverProcAddressQueryResult* status) {
-  const auto resolve = real<PFN_cuGetProcAddress_v12000>(e_cuGetProcAddress_v2);
+  const auto resolve = real<cuGetProcAddress_v2_t*>(e_cuGetProcAddress_v2);
   if (resolve == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = resolve(symbol, pfn, version, flags, status);
   if (r == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) *pfn = substitute(*pfn, symbol);
@@ -279,7 +279,7 @@ TRACEPOOL_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, in
 
 // The CUDA 11.3 ABI, four arguments.
 TRACEPOOL_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  const auto resolve = real<PFN_cuGetProcAddress_v11030>(e_cuGetProcAddress);
+  const auto resolve = real<cuGetProcAddress_t*>(e_cuGetProcAddress);
   if (resolve == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = resolve(symbol, pfn, version, flags);
   if (r == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) *pfn = substitute(*pfn, symbol);

@@ -2,15 +2,11 @@
 // libtracepool_intercept.so.
 #pragma once
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <atomic>
 #include <cstdint>
 
+#include "backend/cuda_abi.h"
 #include "tracepool/tracepool.h"
-
-#undef cuGetProcAddress  // cuda.h maps it to cuGetProcAddress_v2; we define both ABIs
 
 // The driver's functions we wrap, by the exact name each is exported under, with what it allocates.
 #define TRACEPOOL_INTERCEPTED(X)   \
@@ -66,16 +62,11 @@
 
 #define TRACEPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
-// Our definitions, declared first so that the table below can name them.
-TRACEPOOL_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
-TRACEPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* ptr, size_t size, CUstream stream);
-TRACEPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, size_t size, CUmemoryPool pool, CUstream stream);
-TRACEPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream);
-TRACEPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device);  // CUDA 3.2's ABI
-TRACEPOOL_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
-                                              unsigned int block_x, unsigned int block_y, unsigned int block_z,
-                                              unsigned int shared, CUstream stream, void** params, void** extra);
-TRACEPOOL_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
+// Our definitions, declared first (with the driver's types, core/backend/cuda_abi.h) so that the table in
+// intercept.cpp can name them; a definition that strays from its type does not compile.
+#define TRACEPOOL_DECLARE_WRAPPER(name) TRACEPOOL_EXPORT name##_t name;
+TRACEPOOL_INTERCEPTED(TRACEPOOL_DECLARE_WRAPPER)
+#undef TRACEPOOL_DECLARE_WRAPPER
 
 namespace tracepool::intercept {
 
