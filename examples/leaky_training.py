@@ -12,9 +12,10 @@ program written against the C API).
 
 Where PyTorch can use a GPU and tracepool is its allocator (as `python -m tracepool run` makes
 it), the model is made of CUDA tensors. Elsewhere (no GPU, no PyTorch: CI) the same loop runs on
-shape-only tensors: objects that hold tracepool memory of a tensor's size, allocated with
-tracepool.alloc and freed when the object goes away, as a tensor's storage is; tracepool then
-uses its host backend, an emulated device.
+shape-only tensors (tracepool.shape_only): objects that hold tracepool memory of a tensor's size,
+allocated with tracepool.alloc and freed when the object goes away, as a tensor's storage is;
+tracepool then uses its host backend, an emulated device. Like PyTorch's, their code is a library's,
+so the report leads each site with this file's lines.
 """
 
 import contextlib
@@ -22,42 +23,10 @@ import json
 import sys
 
 import tracepool
+from tracepool.shape_only import ShapeOnlyTensor
 
 EPOCHS, STEPS, VAL_BATCHES = 3, 8, 3
 BATCH, INPUTS, HIDDEN, OUTPUTS = 512, 2048, 3072, 1024  # float32: weights of 24 and 12 MiB, 6 MiB activations
-
-
-class ShapeOnlyTensor:
-    """What a CUDA tensor holds, without the numbers: tracepool memory of the tensor's size
-    (float32), freed when the object is dropped. Only the operations the loop below uses."""
-
-    def __init__(self, *shape):
-        self.shape = shape
-        nbytes = 4
-        for n in shape:
-            nbytes *= n
-        self.ptr = tracepool.alloc(nbytes)
-        # As CuPy's and Numba's arrays show their memory (the CUDA Array Interface), so that the report can
-        # name the Python object that holds each leaked block.
-        self.__cuda_array_interface__ = {"data": (self.ptr, False), "shape": shape, "typestr": "<f4", "version": 3}
-
-    def __del__(self):
-        tracepool.free(self.ptr)
-
-    def __matmul__(self, other):
-        return ShapeOnlyTensor(self.shape[0], other.shape[1])
-
-    def relu(self):
-        return ShapeOnlyTensor(*self.shape)
-
-    def square(self):
-        return ShapeOnlyTensor(*self.shape)
-
-    def mean(self):
-        return ShapeOnlyTensor(1)
-
-    def backward(self):
-        pass
 
 
 def tracepool_allocates_for_torch():

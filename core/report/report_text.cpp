@@ -418,17 +418,34 @@ std::string to_text(const report& r, size_t top) {
   pools(out, r, top);
 
   if (!r.marks.empty()) {
-    out += "\nRetained: live blocks born before a mark and still alive after it:\n";
+    out += "\nRetained: live blocks born before a mark and still alive after it, by call site:\n";
     if (r.retained.empty()) out += "  none\n";
-    for (size_t i = 0; i < r.retained.size() && i < top; ++i) {
-      const retained_summary& t = r.retained[i];
-      const site_summary& s = r.leaks[t.leak];
-      const std::string born =
-          t.born_after < 0 ? "before the first mark"
-                           : "after mark '" + printable(r.marks[static_cast<size_t>(t.born_after)].label) + "'";
-      out += "  " + human_bytes(t.bytes) + " in " + blocks_word(t.blocks) + " born " + born +
-             printf_string(", alive through %llu mark(s)", static_cast<unsigned long long>(t.marks_survived)) +
-             tags_of(s.tags) + "\n";
+    // One entry a site (r.retained is by bytes, so sites come in the order of their largest part), its
+    // parts by the mark before their birth: a site born again after every mark grows.
+    std::vector<std::vector<const retained_summary*>> by_site;
+    std::map<size_t, size_t> entry_of;
+    for (const retained_summary& t : r.retained) {
+      auto [it, added] = entry_of.emplace(t.leak, by_site.size());
+      if (added) by_site.emplace_back();
+      by_site[it->second].push_back(&t);
+    }
+    for (size_t i = 0; i < by_site.size() && i < top; ++i) {
+      std::vector<const retained_summary*> parts = by_site[i];
+      std::sort(parts.begin(), parts.end(), [](const retained_summary* x, const retained_summary* y) {
+        return x->born_after < y->born_after;
+      });
+      const site_summary& s = r.leaks[parts.front()->leak];
+      int64_t bytes = 0, blocks = 0;
+      std::string when;
+      for (const retained_summary* t : parts) {
+        bytes += t->bytes;
+        blocks += t->blocks;
+        const std::string born = t->born_after < 0 ? "before the first mark"
+                                                   : "after '" + printable(r.marks[static_cast<size_t>(t->born_after)].label) + "'";
+        when += std::string(when.empty() ? "" : ", ") + human_bytes(t->bytes) + " born " + born +
+                printf_string(" (alive through %llu)", static_cast<unsigned long long>(t->marks_survived));
+      }
+      out += "  " + human_bytes(bytes) + " in " + blocks_word(blocks) + tags_of(s.tags) + ": " + when + "\n";
       if (!s.frames.empty()) out += "       " + at_title(s.frames) + "\n";
     }
     out += r.marks_made > r.marks.size()

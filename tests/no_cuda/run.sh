@@ -46,7 +46,7 @@ if [ "${1:-}" = "--inside" ]; then
   TRACEPOOL_CONF=backend:host "$py" -m tracepool run "$root/examples/leaky_training.py" 2>"$work/demo.txt" ||
     { cat "$work/demo.txt"; exit 1; }
   head -12 "$work/demo.txt"
-  grep -q "GROWING across marks" "$work/demo.txt" && grep -q "leaky_training.py:132" "$work/demo.txt" ||
+  grep -q "GROWING across marks" "$work/demo.txt" && grep -q "leaky_training.py:101" "$work/demo.txt" ||
     { echo "tests/no_cuda/run.sh: the demo's report is not what it should be" >&2; cat "$work/demo.txt" >&2; exit 1; }
 
   echo "== the binary wheel, built without the CUDA Toolkit =="

@@ -489,3 +489,19 @@ def test_demo_names_its_growing_lines_and_shows_its_activations_as_cached(tmp_pa
         assert "leaky_training.py:%d)" % line in leaked
     assert leaked.count("GROWING") == 2
     assert "leaky_training.py:%d)" % activations_line in cached
+
+    # The stand-in tensors are a library's code (tracepool.shape_only), as PyTorch's are: each site leads with the
+    # demo's own first line, in the titles (which merge, diff and the page show), the text and its Retained section.
+    output_line = line_of(DEMO, "return hidden @ self.w2")
+    assert outputs["title"].startswith("TinyModel.__call__ (leaky_training.py:%d) \u2190 validate (:%d)" % (output_line, outputs_line))
+    assert loss["title"].startswith("train_step (leaky_training.py:%d)" % loss_line)
+    assert outputs["title"].endswith("\u00b7 via ShapeOnlyTensor.__init__ (shape_only.py:%d)" % line_of(
+        REPO / "bindings" / "python" / "tracepool" / "shape_only.py", "self.ptr = tracepool.alloc(nbytes)"))
+    entry = leaked.split("#1 ")[1].splitlines()
+    assert entry[1].strip().startswith("in ShapeOnlyTensor.__init__ (shape_only.py:"), entry
+    assert entry[2].strip().startswith("at TinyModel.__call__ (") and entry[2].endswith("leaky_training.py:%d)" % output_line), entry
+    retained = section(text, "Retained:")
+    # One entry a site, with its three parts: born before the first mark and after each of the next two.
+    assert retained.count("at " + outputs["title"]) == 1 and retained.count("at " + loss["title"]) == 1, retained
+    assert "6.00 MiB born before the first mark (alive through 3), 6.00 MiB born after 'epoch 1' (alive through 2), " \
+           "6.00 MiB born after 'epoch 2' (alive through 1)" in retained, retained

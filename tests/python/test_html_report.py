@@ -65,10 +65,10 @@ def test_the_demo_draws_its_growing_sites_their_stacks_and_the_cache(page, demo,
     # The growing table comes first, the validation outputs' site on top, named by its caller's line.
     rows = texts(page, "tr.site-row td.site")
     assert len(rows) == sum(s["growing"] for s in data["leaks"]) == 2
-    assert "validate (:132)" in rows[0] and "GROWING" in rows[0], rows
+    assert "validate (:101)" in rows[0] and "GROWING" in rows[0], rows
     # The flame graph: the program's own lines, not the launcher's (runpy, tracepool's command line).
     names = flame_names(page)
-    assert "validate (leaky_training.py:132)" in names
+    assert "validate (leaky_training.py:101)" in names
     assert not [n for n in names if "_cli.py" in n or "_run.py" in n or "runpy" in n], names
     total = sum(s["bytes"] for s in data["leaks"])
     assert page.evaluate("tracepoolView.flame.total") == total
@@ -76,7 +76,7 @@ def test_the_demo_draws_its_growing_sites_their_stacks_and_the_cache(page, demo,
     # A row opens to its whole stack.
     page.click("tr.site-row")
     stack = texts(page, "tr.stack-row")[0]
-    assert "examples/leaky_training.py:132" in stack and "examples/leaky_training.py:39" in stack, stack
+    assert "examples/leaky_training.py:101" in stack and "tracepool/shape_only.py:28" in stack, stack
     page.screenshot(os.path.join(SCREENSHOTS, "demo-row-open.png"))
 
     # Search: the frames that match, and the bytes under them.

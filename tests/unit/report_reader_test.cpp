@@ -179,7 +179,7 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
         "GROWING across marks: 6.00 MiB 12.00 MiB 18.00 MiB", "in forward (module.py:1500)",
         "at validate (train_é.py:129)", "at main (train_é.py:139), on the thread that started this work",
         "at 0x11 (in a)\n       at fn (a.c:3)\n       at main (a.c:4)\n",
-        "(no call site: capture was off or the site table was full)", "after mark 'époque 1'",
+        "(no call site: capture was off or the site table was full)", "born after 'époque 1'",
         "born before the first mark", "Marks:\n  epoch 0 ", "; 48.00 MiB reserved by private pools\n",
         "\n  held by CUDA graph on device 1 created at train_step (train.py:88) \u00b7 via capture (graphs.py:180): 48.00 MiB (12.00 MiB live in 12 "
         "blocks, 36.00 MiB of its 48.00 MiB free inside the pool)\n"
@@ -208,6 +208,22 @@ TEST(ReportReader, TheRenderingShowsWhatTheReportHolds) {
 
 // Segments and the free cache in whole pages (Note [Fragmentation in reports]) came after schema 1's
 // first reports: without them a report reads as not knowing, and says nothing of growable segments.
+TEST(ReportReader, RetainedMemoryIsOneEntryASiteWithItsPartsInMarkOrder) {
+  // Site 0 has two retained parts (born before the first mark, and after the second), site 1 one.
+  const std::string text = core::to_text(read_back(core::to_json(every_section("exit"))));
+  const size_t from = text.find("\nRetained:"), to = text.find("\nMarks:");
+  ASSERT_NE(from, std::string::npos) << text;
+  const std::string retained = text.substr(from, to - from);
+  EXPECT_NE(retained.find("  12.00 MiB in 6 blocks [validation > \xc3\xa9preuve \xe2\x9c\x93]: 6.00 MiB born before the first mark "
+                          "(alive through 3), 6.00 MiB born after '\xc3\xa9poque 1' (alive through 1)\n       at "),
+            std::string::npos)
+      << retained;
+  size_t entries = 0;
+  for (size_t at = retained.find("\n  "); at != std::string::npos; at = retained.find("\n  ", at + 1))
+    entries += retained[at + 3] != ' ';  // an entry's first line, not its "       at" line
+  EXPECT_EQ(entries, 2u) << retained;
+}
+
 TEST(ReportReader, AReportWithoutSegmentsLeavesThemUnknown) {
   json j = json::parse(core::to_json(every_section("oom")));
   for (json& d : j["devices"])

@@ -41,7 +41,7 @@ if [ "${1:-}" = "--inside" ]; then
   TRACEPOOL_CONF=backend:host "$py" -m tracepool run --html "$work/demo.html" "$root/examples/leaky_training.py" \
     2>"$work/demo.txt" || { cat "$work/demo.txt"; exit 1; }
   head -12 "$work/demo.txt"
-  grep -q "GROWING across marks" "$work/demo.txt" && grep -q "leaky_training.py:132" "$work/demo.txt" &&
+  grep -q "GROWING across marks" "$work/demo.txt" && grep -q "leaky_training.py:101" "$work/demo.txt" &&
     grep -q "<!DOCTYPE html>" "$work/demo.html" || { echo "the demo's report is not what it should be" >&2; exit 1; }
   echo "== the Python tests, against the wheel =="
   TRACEPOOL_REQUIRE_BROWSER=1 TRACEPOOL_SCREENSHOTS="$work/screenshots" \
