@@ -51,17 +51,17 @@ if [ "${1:-}" = "--inside" ]; then
 
   echo "== the binary wheel, built without the CUDA Toolkit =="
   cd "$root"
-  bash .ci/build_wheel.sh "$work/dist" | tail -1 >"$work/wheel"
-  cp "$(cat "$work/wheel")" "$root/build/no-cuda-wheel.whl"
+  wheel="$(bash .ci/build_wheel.sh "$work/dist" | tail -1)"
+  cp "$wheel" "$root/build/no-cuda-wheel/"
   exit 0
 fi
 
-mkdir -p build
-rm -f build/no-cuda-wheel.whl
+mkdir -p build/no-cuda-wheel
+rm -f build/no-cuda-wheel/*.whl
 if [ "$(id -u)" -ne 0 ]; then
   sudo unshare --mount --propagation private bash "$0" --inside
 else
   unshare --mount --propagation private bash "$0" --inside
 fi
 # Installed and tested where there is no compiler and no CUDA headers either (its own namespace).
-bash tests/wheel/run.sh build/no-cuda-wheel.whl
+bash tests/wheel/run.sh build/no-cuda-wheel/tracepool-*.whl
