@@ -58,7 +58,7 @@ function deviceCard(r, ri, d) {
   if (emulated) {
     card.append(el("p", { class: "detail", text: "The bar is the " + bytes(scale) + " the emulated device handed out" +
       (total ? ", " + percent(scale, total) + " of its " + bytes(total) + " capacity (host_capacity in TRACEPOOL_CONF)" : "") +
-      ". No GPU, driver or NVML here: nothing to list by process." }));
+      "; with no GPU behind it, there are no other processes to list." }));
     return card;
   }
   if (used) {
