@@ -5,6 +5,7 @@
 between rounds so that some sites grow.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -61,4 +62,54 @@ def big_report(directory, sites=5000, blocks=100_000, rounds=4):
         tracepool.write_report(%r, holders=False)
         print(len(kept))
     """ % (directory, sites, per_site, rounds, saved))
+    return saved
+
+
+def long_run_report(directory, epochs=60, growing=14, steady=20, minutes=48):
+    """A long GPU run's report, made on the host backend and then dressed: a training loop of `epochs`
+    marks in which `growing` sites keep memory every epoch (at different rates) and `steady` sites hold
+    theirs from the start; the marks' times are then stretched over `minutes` minutes, the report made
+    40 s after the last mark (a large program's holder search and shutdown), and the device made an
+    80 GiB GPU that two other processes share. Returns its JSON path. There is no GPU in CI, and a
+    host run takes milliseconds: only the times and the device card are made up."""
+    module = os.path.join(directory, "long_sites.py")
+    with open(module, "w") as f:
+        f.write("import tracepool\n\n")
+        for i in range(growing + steady):
+            f.write("def layer_%d(kept, size):\n    kept.append(tracepool.alloc(size))\n\n" % i)
+    saved = os.path.join(directory, "long.json")
+    run_python("""
+        import sys
+        sys.path.insert(0, %r)
+        import tracepool, long_sites
+        kept = []
+        growing, steady, epochs = %d, %d, %d
+        for i in range(steady):
+            getattr(long_sites, "layer_%%d" %% (growing + i))(kept, (8 + 4 * i) << 20)
+        for epoch in range(epochs):
+            scratch = tracepool.alloc(512 << 20)
+            for i in range(growing):
+                getattr(long_sites, "layer_%%d" %% i)(kept, (growing - i) << 18)
+            tracepool.free(scratch)
+            tracepool.mark("epoch %%d" %% epoch)
+        tracepool.write_report(%r, holders=False)
+    """ % (directory, growing, steady, epochs, saved))
+    with open(saved) as f:
+        data = json.load(f)
+    first, last = data["marks"][0]["time_ns"], data["marks"][-1]["time_ns"]
+    start, scale = data["time_ns"] - minutes * 60 * 10**9, minutes * 60 * 10**9 / max(1, last - first)
+    stretch = lambda t: start + int((t - first) * scale)
+    for m in data["marks"] + data["auto_marks"]:
+        m["time_ns"] = stretch(m["time_ns"])
+    data["time_ns"] = stretch(last) + 40 * 10**9
+    data["backend"] = "cuda"
+    for d in data["devices"]:
+        reserved = data["stats"][str(d["device"])]["reserved_bytes.all.current"]
+        context, others = 780 << 20, [(data["process"]["pid"] + 1, 5 << 30), (data["process"]["pid"] + 2, 3 << 30)]
+        d["total_bytes"], d["used_bytes"] = 80 << 30, reserved + context + sum(b for _, b in others)
+        d["outside_bytes"] = d["used_bytes"] - reserved
+        d["processes"] = [{"pid": pid, "used_bytes": b} for pid, b in others] + [
+            {"pid": data["process"]["pid"], "used_bytes": reserved + context}]
+    with open(saved, "w") as f:
+        json.dump(data, f)
     return saved

@@ -95,9 +95,9 @@ def test_the_demo_draws_its_growing_sites_their_stacks_and_the_cache(page, demo,
     assert series.count("allocated") == 1 and series.count("reserved") == 1
     assert series.count("site") >= 2, series
     assert len(texts(page, "#timeline-box svg line[stroke-dasharray='2,3']")) == len(data["marks"])
-    # The device, as nvidia-smi would count it.
+    # The device: the host backend's, emulated (test_the_host_backends_device_card_says_what_it_is).
     card = texts(page, "#devices .card")[0]
-    assert "78.00 MiB reserved" in card and "by process" in card, card
+    assert "78.00 MiB reserved" in card and "emulated" in card, card
 
 
 def test_what_holds_a_site_is_shown_with_it(page, demo, tmp_path):
@@ -378,3 +378,125 @@ def test_memory_seen_outside_the_pool_is_on_its_device_card(page, demo, tmp_path
     drawn(page, html)
     card = texts(page, "#devices .card")[0]
     assert "seen outside the pool (by the interposer, or told through tracepool_observe_alloc): 3.00 MiB on the device, 1.00 MiB pinned host" in card, card
+
+
+# ---- What the page looks like (issue 35, item 8): a short run, a long one, the host backend's device ----
+
+def boxes(page, selector):
+    """The page's boxes [x, y, width, height, text] of the SVG elements `selector` names."""
+    return page.evaluate("[...document.querySelectorAll(%s)].map((e) => { const b = e.getBBox();"
+                         " return [b.x, b.y, b.width, b.height, e.textContent]; })" % json.dumps(selector))
+
+
+def overlapping(boxes):
+    return [(a[4], b[4]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]]
+
+
+def mark_xs(page):
+    return page.evaluate("[...document.querySelectorAll('#timeline-box line[stroke-dasharray=\"2,3\"]')]"
+                         ".map((l) => Number(l.getAttribute('x1')))")
+
+
+def axis_width(page):
+    grid = page.evaluate("[...document.querySelectorAll('#timeline-box line.grid')].map((l) => "
+                         "[Number(l.getAttribute('x1')), Number(l.getAttribute('x2'))])")
+    return grid[0][1] - grid[0][0]
+
+
+def lab(color):
+    """CIE L*a*b* of "#rrggbb" (sRGB, D65), to tell how far apart two colours look."""
+    def linear(c):
+        c /= 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(int(color[i:i + 2], 16)) for i in (1, 3, 5))
+    xyz = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b, \
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+    f = [t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    return html_support.long_run_report(str(tmp_path_factory.mktemp("long")))
+
+
+def test_a_short_run_spreads_its_marks_over_the_axis_and_names_them_all(page, demo, tmp_path):
+    """A report made long after the last mark (here 100 times the marks' span: a holder search, work
+    that allocates nothing) sits past a break; the marks keep the axis (Note [Timeline axis])."""
+    def late(d):
+        first, last = d["marks"][0]["time_ns"], d["marks"][-1]["time_ns"]
+        d["time_ns"] = last + 100 * (last - first)
+    html, data = variant(demo, tmp_path, "late", late)
+    drawn(page, html)
+    page.screenshot(os.path.join(SCREENSHOTS, "short-run.png"))
+    xs = mark_xs(page)
+    assert len(xs) == len(data["marks"]) == 3
+    assert max(xs) - min(xs) > 0.6 * axis_width(page), (xs, axis_width(page))
+    labels = boxes(page, "#timeline-box text.mark-label")
+    assert [b[4] for b in labels] == [m["label"] for m in data["marks"]] and not overlapping(labels), labels
+    ticks = texts(page, "#timeline-box text.tick")
+    assert ticks[-1].startswith("report, ") and ticks[-1].endswith(" later"), ticks
+    assert not overlapping(boxes(page, "#timeline-box text.tick"))
+
+
+def test_a_long_run_names_its_marks_evenly_and_its_sites_in_colours_apart(page, long_run, tmp_path):
+    html = tmp_path / "long.html"
+    with open(long_run, "rb") as f:
+        raw = f.read()
+    data = json.loads(raw)
+    html.write_text(tracepool.render_report(raw, "html"))
+    drawn(page, str(html))
+    page.screenshot(os.path.join(SCREENSHOTS, "long-run.png"))
+    # Sixty marks: every k-th named, none overlapping, and the marks over the whole axis.
+    labels = boxes(page, "#timeline-box text.mark-label")
+    assert 5 <= len(labels) < 60 and not overlapping(labels), labels
+    shown = [int(b[4].split()[1]) for b in labels]
+    stride = shown[1] - shown[0]
+    assert shown == list(range(0, 60, stride))[:len(shown)] and stride in (2, 5, 10), shown
+    xs = mark_xs(page)
+    assert max(xs) - min(xs) > 0.9 * axis_width(page)
+    # Six sites drawn, each in a colour of its own, told apart from each other and from allocated and
+    # reserved (CIE76 distance over 20); the legend's swatches are the lines' colours.
+    strokes = page.evaluate("[...document.querySelectorAll('#timeline-box path')].map((p) => "
+                            "[p.dataset.series, p.getAttribute('stroke')])")
+    assert [s for s, _ in strokes].count("site") == 6, strokes
+    colours = [c for _, c in strokes]
+    assert len(set(colours)) == len(colours) == 8
+    closest = min(sum((p - q) ** 2 for p, q in zip(lab(a), lab(b))) ** 0.5
+                  for i, a in enumerate(colours) for b in colours[i + 1:])
+    assert closest > 20, (closest, colours)
+    swatches = page.evaluate("[...document.querySelectorAll('#timeline-legend i')].map((i) => i.dataset.color)")
+    assert sorted(swatches) == sorted(colours)
+    growing = sum(s["growing"] for s in data["leaks"])
+    assert "28 more sites with a series (%d growing)" % (growing - 6) in " ".join(texts(page, "#timeline-legend .detail"))
+    # A GPU's card keeps its driver and NVML figures.
+    assert "by process (NVML's list)" in texts(page, "#devices .card")[0]
+
+    # A burst of marks, then long epochs: the marks are spaced evenly, their labels still apart.
+    for i, m in enumerate(data["marks"]):
+        m["time_ns"] = data["marks"][0]["time_ns"] + (i * 10**6 if i < 50 else (i - 49) * 300 * 10**9)
+    data["auto_marks"] = []
+    uneven = tmp_path / "uneven.html"
+    uneven.write_text(tracepool.render_report(json.dumps(data).encode(), "html"))
+    drawn(page, str(uneven))
+    xs = mark_xs(page)
+    assert max(xs) - min(xs) > 0.9 * axis_width(page)
+    assert max(b - a for a, b in zip(xs, xs[1:])) - min(b - a for a, b in zip(xs, xs[1:])) < 0.5, xs
+    assert "spaced evenly" in " ".join(texts(page, "#timeline-legend .detail"))
+    assert not overlapping(boxes(page, "#timeline-box text.mark-label"))
+    assert not overlapping(boxes(page, "#timeline-box text.tick"))
+
+
+def test_the_host_backends_device_card_says_what_it_is(page, demo):
+    """An emulated device: no driver, NVML or nvidia-smi to quote, and a bar of what it handed out
+    rather than an empty bar of its 16 GiB capacity."""
+    drawn(page, demo[1])
+    assert texts(page, "#summary-title") == ["Where the emulated device's memory went"]
+    card = texts(page, "#devices .card")[0]
+    assert "emulated in host memory" in card and "of its 16.00 GiB capacity" in card, card
+    assert "NVML" not in card and "nvidia-smi" not in card and "driver:" not in card, card
+    filled = page.evaluate("(() => { const bar = document.querySelector('#devices .bar');"
+                           " return [...bar.children].reduce((w, s) => w + s.getBoundingClientRect().width, 0) /"
+                           " bar.getBoundingClientRect().width; })()")
+    assert filled > 0.99, filled

@@ -1,6 +1,9 @@
 // tables.js: the HTML report's viewer, part 4 of 5 (model.js says how the parts fit).
 
 // ---- Device cards: nvidia-smi's memory, by what holds it -------------------------------------
+// On the host backend the device is emulated in host memory: no driver, no nvidia-smi, no NVML, and a
+// process list that holds this process alone. Its card says so, and its bar is what the emulated device
+// handed out (a few MiB of a 16 GiB capacity would draw an empty bar), the capacity said in words.
 
 function stat(r, device, key) {
   const s = (r.stats || {})[String(device)] || {};
@@ -12,20 +15,24 @@ function deviceCard(r, ri, d) {
   const reserved = stat(r, d.device, "reserved_bytes");
   const peak = ((r.stats || {})[String(d.device)] || {})["allocated_bytes.all.peak"];
   const cached = Math.max(0, reserved - allocated);
-  const title = (reports.length > 1 ? rankName(r, ri) + ", " : "") + deviceName(d.device);
+  const emulated = r.backend === "host";
+  const title = (reports.length > 1 ? rankName(r, ri) + ", " : "") + deviceName(d.device) +
+    (emulated ? ", emulated in host memory (host backend)" : "");
   const card = el("div", { class: "card" }, el("h3", { text: title }));
   if (d.context === false)  // Note [No context as a side effect] in core/backend/backend.h
-    card.append(el("p", { text: "not used by this process (no context on it); the figures below are NVML's" }));
+    card.append(el("p", { text: "not used by this process (no context on it)" + (emulated ? "" : "; the figures below are NVML's") }));
   const used = d.used_bytes || 0;
   const total = d.total_bytes || 0;
-  const scale = Math.max(total, used, reserved, 1);
+  const scale = emulated ? Math.max(used, reserved, 1) : Math.max(total, used, reserved, 1);
   let others = 0;
-  for (const p of d.processes || []) if (p.pid !== (r.process || {}).pid && p.used_bytes != null) others += p.used_bytes;
+  for (const p of emulated ? [] : d.processes || []) if (p.pid !== (r.process || {}).pid && p.used_bytes != null) others += p.used_bytes;
   const outside = Math.max(0, (used ? used : reserved) - reserved - others);
   const parts = [["live", allocated, "allocated by live blocks"], ["cached", cached, "cached: reserved but free"],
-                 ["outside", outside, "outside tracepool in this process and the driver (CUDA context, libraries)"],
+                 ["outside", outside, emulated ? "outside tracepool (host_outside, standing for a CUDA context)"
+                                               : "outside tracepool in this process and the driver (CUDA context, libraries)"],
                  ["others", others, "other processes"]];
-  const bar = el("div", { class: "bar", title: "the device's memory, " + bytes(total || scale) });
+  const bar = el("div", { class: "bar", title: emulated ? "what the emulated device handed out, " + bytes(scale)
+                                                        : "the device's memory, " + bytes(total || scale) });
   const keys = el("div", { class: "keys" });
   for (const [cls, value, what] of parts) {
     if (value <= 0) continue;
@@ -48,6 +55,12 @@ function deviceCard(r, ri, d) {
       (d.observed_managed_bytes ? bytes(d.observed_managed_bytes) + " managed (on the device where touched), " : "") +
       bytes(d.observed_host_bytes || 0) + " pinned host; their sites are in the tables, tagged by source" }));
   }
+  if (emulated) {
+    card.append(el("p", { class: "detail", text: "The bar is the " + bytes(scale) + " the emulated device handed out" +
+      (total ? ", " + percent(scale, total) + " of its " + bytes(total) + " capacity (host_capacity in TRACEPOOL_CONF)" : "") +
+      "; with no GPU behind it, there are no other processes to list." }));
+    return card;
+  }
   if (used) {
     card.append(el("p", { text: "driver: " + bytes(used) + " used of " + bytes(total) + " (what nvidia-smi shows); " +
       bytes(d.outside_bytes ?? Math.max(0, used - reserved)) + " of it outside tracepool's reserve" }));
@@ -67,6 +80,8 @@ function deviceCard(r, ri, d) {
 function drawDevices() {
   const box = $("devices");
   box.replaceChildren();
+  $("summary-title").textContent = reports.length && reports.every((r) => r.backend === "host") ?
+    "Where the emulated device's memory went" : "Where nvidia-smi's memory went";
   for (const [r, ri] of chosenReports())
     for (const d of r.devices || [])
       if (state.device < 0 || d.device === state.device) box.append(deviceCard(r, ri, d));
