@@ -77,10 +77,8 @@ struct report_digest {
   std::string label;  // set once all are read
 };
 
-status digest(const saved_text& saved, report_digest* d) {
-  report r;
-  if (status s = read_report_json(saved.text, &r, saved.name.c_str()); s != status::ok) return s;
-  d->file = saved.name, d->reason = r.reason, d->backend = r.backend, d->host = r.process.host;
+void digest(const report& r, const std::string& name, report_digest* d) {
+  d->file = name, d->reason = r.reason, d->backend = r.backend, d->host = r.process.host;
   d->pid = r.process.pid, d->rank = r.process.rank, d->world_size = r.process.world_size;
   for (const device_summary& dev : r.devices) {
     d->allocated_bytes = add_bytes(d->allocated_bytes, dev.stats.table.at(stat_kind::allocated_bytes, all_pools).current);
@@ -97,6 +95,12 @@ status digest(const saved_text& saved, report_digest* d) {
     const size_t site = d->sites.of(c.tags, c.frames);
     d->cached[site] = add_bytes(d->cached[site], c.bytes);
   }
+}
+
+status digest(const saved_text& saved, report_digest* d) {
+  report r;
+  if (status s = read_report_json(saved.text, &r, saved.name.c_str()); s != status::ok) return s;
+  digest(r, saved.name, d);
   return status::ok;
 }
 
@@ -258,7 +262,7 @@ std::string merge_text(const merged& m, size_t top) {
     labels.push_back(printable(d.label));
     if (d.world_size > 0) worlds.insert(d.world_size);
   }
-  std::string out = printf_string("== tracepool merge: %zu reports", reports.size());
+  std::string out = printf_string("== tracepool merge: %zu report%s", reports.size(), reports.size() == 1 ? "" : "s");
   if (worlds.size() == 1) out += printf_string(" of a world of %" PRId64, *worlds.begin());
   out += "\n";
   for (size_t i = 0; i < reports.size(); ++i) {
@@ -333,9 +337,15 @@ struct compared {
   std::vector<diff_row> rows;  // largest change first (live and cached), then by title
 };
 
-status diff(const saved_text& before, const saved_text& after, compared* c) {
-  if (status s = digest(before, &c->side[0]); s != status::ok) return s;
-  if (status s = digest(after, &c->side[1]); s != status::ok) return s;
+// `kept`: where the two reports go when a page shows them too (else each is let go once digested).
+status diff(const saved_text& before, const saved_text& after, compared* c, report (*kept)[2] = nullptr) {
+  const saved_text* texts[2] = {&before, &after};
+  for (int k = 0; k < 2; ++k) {
+    report r;
+    if (status s = read_report_json(texts[k]->text, &r, texts[k]->name.c_str()); s != status::ok) return s;
+    digest(r, texts[k]->name, &c->side[k]);
+    if (kept != nullptr) (*kept)[k] = std::move(r);
+  }
   place(&c->side[0], &c->table), place(&c->side[1], &c->table);
   c->rows.resize(c->table.sites.size());
   for (size_t site = 0; site < c->rows.size(); ++site) {
@@ -361,7 +371,8 @@ constexpr total_field totals[] = {{"allocated_bytes", "allocated", &report_diges
                                   {"reserved_bytes", "reserved", &report_digest::reserved_bytes},
                                   {"cached_bytes", "cached", &report_digest::cached_bytes}};
 
-std::string diff_json(const compared& c) {
+// `shown`: the two reports, in a page's data (its "reports", what the page draws beside the change).
+std::string diff_json(const compared& c, const report (*shown)[2] = nullptr) {
   json_out j;
   j.open('{');
   j.key("schema"), j.value(std::string(diff_schema));
@@ -391,6 +402,11 @@ std::string diff_json(const compared& c) {
     j.close('}');
   }
   j.close(']');
+  if (shown != nullptr) {
+    j.key("reports"), j.open('[');
+    for (const report& r : *shown) j.json(to_json(r));
+    j.close(']');
+  }
   j.close('}');
   return j.text + "\n";
 }
@@ -441,9 +457,14 @@ status merge_reports(const std::vector<saved_text>& reports, report_format forma
 
 status diff_reports(const saved_text& before, const saved_text& after, report_format format, size_t top,
                     std::string* out) {
-  if (format == report_format::html)
-    return fail(status::invalid_argument, "diff: no HTML rendering; expected json or text");
   compared c;
+  if (format == report_format::html) {
+    report both[2];
+    if (status s = diff(before, after, &c, &both); s != status::ok) return s;
+    *out = to_html("tracepool diff: " + printable(base_name(before.name)) + " -> " + printable(base_name(after.name)),
+                   diff_json(c, &both));
+    return status::ok;
+  }
   if (status s = diff(before, after, &c); s != status::ok) return s;
   *out = format == report_format::json ? diff_json(c) : diff_text(c, top);
   return status::ok;

@@ -30,7 +30,8 @@ struct saved_text {
 // `format` json or text (html: to_html of the reports, a view of each and of them all). A text that is
 // not a report is invalid_argument naming it and its first problem, as read_report_json says.
 status merge_reports(const std::vector<saved_text>& reports, report_format format, size_t top, std::string* out);
-// `format` json or text.
+// `format` json or text (html: a page listing the change, with a view of each report: its data is the
+// JSON's, with the two reports in its "reports").
 status diff_reports(const saved_text& before, const saved_text& after, report_format format, size_t top,
                     std::string* out);
 

@@ -94,6 +94,8 @@ class json_out {
   }
   void null() { comma(), text += "null"; }
   void value_or_null(const std::string& s) { s.empty() ? null() : value(s); }
+  // A value written as JSON already (a whole report, inside a diff page's data).
+  void json(const std::string& written) { comma(), text += written; }
 
  private:
   bool first_ = true;

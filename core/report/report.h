@@ -272,6 +272,9 @@ status read_holders_json(std::string_view text, report* r);
 // several (the ranks of one job), each a view of its own and all of them merged.
 std::string to_html(const report& r);
 std::string to_html(const std::vector<const report*>& reports);
+// The same page holding `data_json` as it is (a diff's, compare.cpp: the change between two reports and
+// the two reports), its window named `title`.
+std::string to_html(const std::string& title, const std::string& data_json);
 
 enum class report_format { json, text, html };
 // `format` "json", "text" or "html"; nullptr or "": by `path`'s extension (".json" JSON, ".html" or

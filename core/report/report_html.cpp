@@ -1,5 +1,5 @@
-// report_html.cpp: the HTML rendering of one or more reports: one self-contained page (no network, no
-// library) that holds the reports as JSON and draws them in the browser with the viewer in report/html.
+// report_html.cpp: the HTML rendering of one or more reports, or of a diff: one self-contained page (no
+// network, no library) that holds them as JSON and draws them in the browser with the viewer in report/html.
 // The page's three files are built into the library (core/CMakeLists.txt embeds them), so a C host,
 // the TRACEPOOL_REPORT exit report and the Python package all write the same page.
 #include <string>
@@ -55,6 +55,30 @@ std::string title_of(const std::vector<const report*>& reports) {
   return title + " (" + printable(first.reason) + ")";
 }
 
+// The page around `data`, JSON already made safe to embed (append_embedded_json).
+std::string page(const std::string& title, std::string data) {
+  // The page's markers, in the order they appear; what replaces them is never searched again.
+  const std::pair<std::string_view, std::string> fills[] = {
+      {"@TITLE@", html_escaped(title)},
+      {"@STYLE@", report_html_style},
+      {"@DATA@", std::move(data)},
+      {"@SCRIPT@", report_html_script},
+  };
+  const std::string_view skeleton = report_html_page;
+  std::string out;
+  out.reserve(skeleton.size() + fills[1].second.size() + fills[2].second.size() + fills[3].second.size());
+  size_t from = 0;
+  for (const auto& [marker, fill] : fills) {
+    const size_t at = skeleton.find(marker, from);
+    if (at == std::string_view::npos) continue;  // a page without it: tests of report.html say so
+    out.append(skeleton.substr(from, at - from));
+    out += fill;
+    from = at + marker.size();
+  }
+  out.append(skeleton.substr(from));
+  return out;
+}
+
 }  // namespace
 
 std::string to_html(const std::vector<const report*>& reports) {
@@ -65,26 +89,13 @@ std::string to_html(const std::vector<const report*>& reports) {
     append_embedded_json(&data, to_json(*reports[i]));
   }
   data += ']';
-  // The page's markers, in the order they appear; what replaces them is never searched again.
-  const std::pair<std::string_view, std::string> fills[] = {
-      {"@TITLE@", html_escaped(title_of(reports))},
-      {"@STYLE@", report_html_style},
-      {"@DATA@", std::move(data)},
-      {"@SCRIPT@", report_html_script},
-  };
-  const std::string_view page = report_html_page;
-  std::string out;
-  out.reserve(page.size() + fills[1].second.size() + fills[2].second.size() + fills[3].second.size());
-  size_t from = 0;
-  for (const auto& [marker, fill] : fills) {
-    const size_t at = page.find(marker, from);
-    if (at == std::string_view::npos) continue;  // a page without it: tests of report.html say so
-    out.append(page.substr(from, at - from));
-    out += fill;
-    from = at + marker.size();
-  }
-  out.append(page.substr(from));
-  return out;
+  return page(title_of(reports), std::move(data));
+}
+
+std::string to_html(const std::string& title, const std::string& data_json) {
+  std::string data;
+  append_embedded_json(&data, data_json);
+  return page(title, std::move(data));
 }
 
 std::string to_html(const report& r) { return to_html(std::vector<const report*>{&r}); }

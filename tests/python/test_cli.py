@@ -369,6 +369,29 @@ def test_run_refuses_a_missing_script_or_module_and_a_bad_conf(leaker, tmp_path)
         assert "Traceback" not in done.stderr
 
 
+def test_run_of_a_directory_says_it_is_one(tmp_path):
+    (tmp_path / "adir").mkdir()
+    done = tracepool_cli("run", "adir", cwd=tmp_path)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("tracepool: run: adir is a directory, not a Python file"), line
+
+
+@pytest.mark.parametrize("command", ["run", "report", "merge", "diff"])
+@pytest.mark.parametrize("mistake", [["--no-such-flag"], ["--top", "0"]])
+def test_a_mistake_after_a_command_shows_that_commands_usage(command, mistake, tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    (tmp_path / "x.py").write_text("")
+    files = {"run": ["x.py"], "report": ["x.json"], "merge": ["x.json"], "diff": ["x.json", "x.json"]}[command]
+    done = tracepool_cli(command, *mistake, *files, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: python -m tracepool %s " % command), done.stderr
+    assert "usage: python -m tracepool [-h]" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("python -m tracepool %s: error: " % command), done.stderr
+    assert mistake[0] in done.stderr.splitlines()[-1], done.stderr
+
+
 def test_a_saved_report_renders_as_the_live_one_for_every_capture_mode():
     """The text the library writes, and its rendering of the JSON it writes, for the same state, with
     native, Python and hybrid stacks: they are the same text."""

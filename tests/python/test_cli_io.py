@@ -110,3 +110,18 @@ def test_a_reader_that_left_ends_the_output_quietly(command, good, tmp_path):
     assert done.returncode == 2
     assert done.stderr == ""
 
+
+
+@pytest.mark.parametrize("command", [["report", "{good}"], ["merge", "{good}", "{good}"], ["diff", "{good}", "{good}"]],
+                         ids=lambda c: c[0])
+@pytest.mark.parametrize("where", ["missing/folder/out.txt", "a_folder", "/dev/full"])
+def test_an_output_path_that_cannot_be_written_is_one_line_and_status_2(command, where, good, tmp_path):
+    """As `run -o` is: status 2 (a mistake in what was asked, not a failure of the reports read), one line naming
+    the path, nothing written. /dev/full passes the check and fails the write itself."""
+    (tmp_path / "a_folder").mkdir()
+    path = where if where.startswith("/") else str(tmp_path / where)
+    before = sorted(os.listdir(tmp_path))
+    done = cli(*[arg.format(good=good) for arg in command[:1]], "-o", path,
+               *[arg.format(good=good) for arg in command[1:]], cwd=tmp_path)
+    assert_one_line(done, "tracepool: %s: -o: " % command[0], path)
+    assert sorted(os.listdir(tmp_path)) == before

@@ -164,6 +164,40 @@ def test_diff_gives_each_sites_change(program, tmp_path):
     assert {s["where"]: s["status"] for s in back["sites"]}[extra] == "gone"
 
 
+def page_data(page):
+    """The JSON a page draws (core/report/report_html.cpp embeds it, each '<' as \\u003c)."""
+    start = page.index(">", page.index('id="tracepool-data"')) + 1
+    return json.loads(page[start:page.index("</script>", start)])
+
+
+def test_diff_as_html_is_a_page_of_the_change_and_both_reports(program, tmp_path):
+    """As report and merge: --format html, or -o x.html, makes one self-contained page."""
+    assert cli("run", "--no-torch", "-o", tmp_path / "before.json", program, "2").returncode == 0
+    assert cli("run", "--no-torch", "-o", tmp_path / "after.json", program, "5", "extra").returncode == 0
+    change = json.loads(cli("diff", "--format", "json", tmp_path / "before.json", tmp_path / "after.json").stdout)
+    for args in (["--format", "html"], ["-o", tmp_path / "d.html"], ["--format", "html", "-o", tmp_path / "x.txt"]):
+        r = cli("diff", *args, tmp_path / "before.json", tmp_path / "after.json")
+        assert r.returncode == 0, r.stderr
+        page = r.stdout if "-o" not in args else Path(args[-1]).read_text()
+        assert page.startswith("<!DOCTYPE html>"), page[:200]
+        assert "<title>tracepool diff: before.json -&gt; after.json</title>" in page
+        assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+        data = page_data(page)
+        assert {k: v for k, v in data.items() if k != "reports"} == change
+        before, after = data["reports"]
+        assert before["schema"] == after["schema"] == "tracepool.report/1"
+        assert sum(s["bytes"] for s in after["leaks"]) - sum(s["bytes"] for s in before["leaks"]) == 5 * MiB
+
+
+def test_a_merge_of_one_report_says_one_report(program, tmp_path):
+    assert cli("run", "--no-torch", "-o", tmp_path / "one.json", program, "1").returncode == 0
+    r = cli("merge", tmp_path / "one.json")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("== tracepool merge: 1 report\n"), r.stdout
+    r = cli("merge", tmp_path / "one.json", tmp_path / "one.json")
+    assert r.stdout.startswith("== tracepool merge: 2 reports\n"), r.stdout
+
+
 @pytest.mark.parametrize("command", ["merge", "diff"])
 def test_a_file_that_is_not_a_report_is_one_line_and_status_2(command, program, tmp_path):
     assert cli("run", "--no-torch", "-o", tmp_path / "good.json", program, "1").returncode == 0

@@ -255,6 +255,47 @@ def test_ranks_and_devices_have_views_of_their_own(page, tmp_path):
     page.screenshot(os.path.join(SCREENSHOTS, "ranks-rank1-cuda1.png"))
 
 
+def test_a_diff_page_lists_the_change_and_shows_each_report_on_its_own(page, tmp_path):
+    saved = {}
+    for name, sizes in (("before", "[1 << 20, 2 << 20]"), ("after", "[1 << 20, 5 << 20, 3 << 20]")):
+        saved[name] = str(tmp_path / (name + ".json"))
+        html_support.run_python("""
+            import tracepool
+            def steady(n): return tracepool.alloc(n)
+            def grows(n): return tracepool.alloc(n)
+            def new(n): return tracepool.alloc(n)
+            sizes = %s
+            kept = [steady(sizes[0]), grows(sizes[1])] + [new(n) for n in sizes[2:]]
+            tracepool.write_report(%r, holders=False)
+        """ % (sizes, saved[name]))
+    html = str(tmp_path / "change.html")
+    done = subprocess.run([sys.executable, "-m", "tracepool", "diff", "-o", html, saved["before"], saved["after"]],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    drawn(page, html)
+    page.screenshot(os.path.join(SCREENSHOTS, "diff.png"))
+    assert texts(page, "h1") == ["tracepool diff"]
+    assert texts(page, "#views button") == ["before", "after"]  # never the two summed
+    # The change first, largest first: only the sites that changed, with the text diff's figures.
+    assert texts(page, "#table-tabs button.on") == ["Changed"]
+    assert page.evaluate("document.querySelector('main').firstElementChild.id") == "tables"
+    rows = texts(page, "tr.site-row td.site")
+    assert len(rows) == 2 and rows[0].startswith("grows (") and rows[1].startswith("new (") and "NEW" in rows[1], rows
+    assert texts(page, "tr.site-row td:nth-child(2)") == ["+3.00 MiB", "+3.00 MiB"]
+    assert texts(page, "tr.site-row td:nth-child(3)") == ["2.00 MiB", "0 B"]
+    note = page.evaluate("document.getElementById('table-note').textContent")
+    assert "allocated 3.00 MiB \u2192 9.00 MiB (+6.00 MiB)" in note and "2 call sites changed" in note, note
+    page.click("tr.site-row")
+    assert "grows (" in texts(page, "tr.stack-row")[0]
+    # Each report is a view of its own: the later one first, the earlier one a click away.
+    assert page.evaluate("tracepoolView.flame.total") == 9 << 20
+    page.click("#views button[data-report='0']")
+    assert page.evaluate("tracepoolView.flame.total") == 3 << 20
+    page.click("#table-tabs button[data-table=live]")
+    assert len(texts(page, "tr.site-row")) == 2
+    assert page.errors == []
+
+
 def test_with_the_allocation_history_the_timeline_follows_every_event(page, tmp_path):
     saved = tmp_path / "history.json"
     html_support.run_python("""

@@ -79,7 +79,8 @@ writes report-rank0.json, report-rank1.json, ...; paths may also place {rank}, {
 _DIFF_EPILOG = """\
 examples:
   python -m tracepool diff epoch1.json epoch5.json
-  python -m tracepool diff --format json before.json after.json > change.json"""
+  python -m tracepool diff --format json before.json after.json > change.json
+  python -m tracepool diff -o change.html before.json after.json"""
 
 _MERGE_EPILOG = """\
 examples:
@@ -250,7 +251,8 @@ def _parser():
         help="per-site change in live and cached bytes between two reports",
         description="Compare two reports (two steps, two commits, two configurations): the change in allocated, "
         "reserved and cached bytes, and each call site's change in live and cached bytes, largest first; "
-        "sites are matched by their stacks and tags.",
+        "sites are matched by their stacks and tags. --format html makes one self-contained page of it, "
+        "with a view of each report.",
         epilog=_DIFF_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -262,9 +264,10 @@ def _parser():
         )
         command.add_argument(
             "--format",
-            choices=("text", "json", "html") if command is merge else ("text", "json"),
-            help="text (default), or JSON holding every site; -o x.json picks JSON"
-            + ("; html: one page with a view of each report and of them all" if command is merge else ""),
+            choices=("text", "json", "html"),
+            help="text (default), JSON holding every site, or an HTML page; -o x.json picks JSON, -o x.html HTML"
+            + ("; the page has a view of each report and of them all" if command is merge
+               else "; the page has the changed sites and a view of each report"),
         )
         command.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     for command in (report, merge, diff):
@@ -276,6 +279,7 @@ def _parser():
             help="refuse a saved report larger than BYTES (default %s, twice a report of 100k sites; 0: no cap); "
             "an input without end, such as /dev/zero, is read no further" % MAX_INPUT_SIZE,
         )
+    parser.commands = commands.choices  # each command's own parser: a mistake after `report` shows report's usage
     return parser
 
 
@@ -293,8 +297,9 @@ def render_saved_report(path, format, top, max_bytes):
 def _report(parser, argv):
     import tracepool
 
-    options = parser.parse_args(["report"] + argv)
+    options = parser.parse_args(argv)
     format = tracepool._format_for(options.output or "", options.format)
+    _check_output(options.output, "report")
     if format == "json":
         text = json.dumps(json.loads(render_saved_report(options.file, "json", None, options.max_input_size)),
                           indent=2) + "\n"
@@ -303,8 +308,22 @@ def _report(parser, argv):
     return _emit(text, options.output, "report")
 
 
+def _check_output(output, what):
+    """UsageError where `output` could not be written (a missing folder, a directory): said before any
+    report is read, as `run` says it before the program starts."""
+    if output is None:
+        return
+    import tracepool
+
+    try:
+        tracepool.check_report_path(output)
+    except tracepool.Error as e:
+        raise UsageError("%s: -o: %s" % (what, e)) from None
+
+
 def _emit(text, output, what):
-    """`text` on stdout, or written to `output` where the library writes files."""
+    """`text` on stdout, or written to `output` where the library writes files. A path that fails only
+    now (the disk filled, the folder went) is status 2 too: one line, as _check_output says it."""
     if output is None:
         return _print(text, what)
     import tracepool
@@ -312,8 +331,7 @@ def _emit(text, output, what):
     try:
         tracepool.write_file(output, text.encode("utf-8", "surrogateescape"))
     except tracepool.Error as e:
-        print("tracepool: %s not written: %s" % (what, escape(str(e))), file=sys.stderr)
-        return 1
+        raise UsageError("%s: -o: %s" % (what, e)) from None
     print("tracepool: %s written to %s" % (what, escape(output)), file=sys.stderr)
     return 0
 
@@ -339,13 +357,14 @@ def _print(text, what):
 
 
 def _compare(parser, command, argv):
-    """`merge` and `diff`: computed and rendered by the library (tracepool._compare), printed or written
-    where reports go."""
+    """`merge` and `diff` (`parser`: the command's): computed and rendered by the library
+    (tracepool._compare), printed or written where reports go."""
     import tracepool
     from tracepool import _compare
 
-    options = parser.parse_args([command] + argv)
+    options = parser.parse_args(argv)
     format = tracepool._format_for(options.output or "", options.format)
+    _check_output(options.output, command)
     try:
         if command == "merge":
             text = _compare.merge(options.files, format, options.top, options.max_input_size)
@@ -368,11 +387,11 @@ def main(argv=None):
         if command == "run":
             from tracepool._run import run
 
-            return run(parser, rest)
+            return run(parser.commands["run"], rest)
         if command == "report":
-            return _report(parser, rest)
+            return _report(parser.commands["report"], rest)
         if command in ("merge", "diff"):
-            return _compare(parser, command, rest)
+            return _compare(parser.commands[command], command, rest)
         parser.parse_args(argv)  # --help, --version, or an error naming the unknown command
         parser.print_help(sys.stderr)
         return USAGE_ERROR

@@ -79,7 +79,7 @@ def merge(paths, format, top, max_bytes):
 
     saved, names = _read_all(paths, max_bytes)
     return _library(lambda: tracepool._tracepool.merge_reports(saved, names, format, top or 0),
-                    "%d reports" % len(paths))
+                    "1 report" if len(paths) == 1 else "%d reports" % len(paths))
 
 
 def diff(before_path, after_path, format, top, max_bytes):

@@ -270,15 +270,18 @@ def _run_intercepted_program(options, program):
 
 
 def run(parser, argv):
-    """`run`'s arguments after the command's name; returns the exit status."""
+    """`run`'s arguments after the command's name (`parser`: run's own); returns the exit status."""
     ours, program_args = _split_run_argv(argv)
-    options = parser.parse_args(["run"] + ours)  # never holds the program: script and args are for --help
+    options = parser.parse_args(ours)  # never holds the program: script and args are for --help
     if options.intercept and len(ours) < len(argv) and argv[len(ours)] == "--":
         return _run_intercepted_program(options, program_args)
     if options.module is None:
         if not program_args:
             raise UsageError("run: name a script to run, or -m module")
         options.script, program_args = program_args[0], program_args[1:]
+    if options.module is None and os.path.isdir(options.script):
+        raise UsageError("run: %s is a directory, not a Python file: name the script in it, or run a package with -m"
+                         % options.script)
     if options.module is None and not os.path.isfile(options.script):
         raise UsageError("run: no such file: %s" % options.script)
     _check_outputs(options)

@@ -409,8 +409,9 @@ TRACEPOOL_API int tracepool_merge_reports(size_t count, const char* const* repor
                                           char** out);
 /* What changed from one saved report (reports[0], the earlier) to another (reports[1]): each call site's
  * live and cached bytes in both, the largest change first; the totals of allocated, reserved and
- * cached bytes. names as tracepool_render_html's. options: format "text" (also for NULL) or "json"
- * (schema tracepool.diff/1); top as tracepool_merge_reports's. Release *out with tracepool_string_free. */
+ * cached bytes. names as tracepool_render_html's. options: format "text" (also for NULL), "json"
+ * (schema tracepool.diff/1) or "html" (one page: the changed sites, and a view of each report); top as
+ * tracepool_merge_reports's. Release *out with tracepool_string_free. */
 TRACEPOOL_API int tracepool_diff_reports(const char* const reports[2], const size_t sizes[2],
                                          const char* const names[2], const tracepool_report_options_t* options,
                                          char** out);

@@ -15,9 +15,17 @@ function drawHeader() {
   $("subtitle").textContent = [reason, when, who, r.backend + " backend",
     "capture " + cap.mode + (cap.sample_bytes ? ", sampled every " + bytes(cap.sample_bytes) + " (figures estimated)" : "")]
     .filter(Boolean).join(" · ");
+  if (change) {  // a diff: what it compares; each report is a view, never the two summed
+    document.querySelector("h1").textContent = "tracepool diff";
+    $("subtitle").textContent = change.before + " \u2192 " + change.after + " · the views below are of one report each";
+    document.querySelector("main").prepend($("tables"));  // what changed is what the reader came for
+  }
   const nav = $("views");
   nav.replaceChildren();
-  if (reports.length > 1) {
+  if (change) {
+    nav.append(el("span", { class: "label", text: "report:" }));
+    reports.forEach((rep, i) => nav.append(el("button", { type: "button", text: rankName(rep, i), "data-report": String(i) })));
+  } else if (reports.length > 1) {
     nav.append(el("span", { class: "label", text: "process:" }));
     const all = el("button", { type: "button", text: "all ranks", "data-report": "-1" });
     nav.append(all);
@@ -47,8 +55,9 @@ function drawHeader() {
     el("strong", { text: (reports.length > 1 ? rankName(rep, i) + ": " : "") + "out of memory on " + deviceName(rep.oom.device) +
       ", " + bytes(rep.oom.requested_bytes) + " requested" }),
     el("pre", { text: rep.oom.message || "" }))));
-  $("footer").textContent = "tracepool report (schema " + (r.schema || "?") + "), " + reports.length +
-    (reports.length > 1 ? " reports" : " report") + ". Everything on this page is in this one file; it loads nothing.";
+  $("footer").textContent = (change ? "tracepool diff (schema " + change.schema + ") of two reports (schema " +
+    (r.schema || "?") + ")" : "tracepool report (schema " + (r.schema || "?") + "), " + reports.length +
+    (reports.length > 1 ? " reports" : " report")) + ". Everything on this page is in this one file; it loads nothing.";
 }
 
 function markViews() {
@@ -83,9 +92,9 @@ try {
   wireTables();
   // The growing table first when something grows: that is what the reader came for; the cache when
   // nothing is live.
-  if (reports.some((r) => (r.leaks || []).some((s) => s.growing))) state.table = "growing";
+  if (!change && reports.some((r) => (r.leaks || []).some((s) => s.growing))) state.table = "growing";
   if (!reports.some((r) => (r.leaks || []).length) && reports.some((r) => (r.cached || []).length)) {
-    state.table = "cached";
+    if (!change) state.table = "cached";
     state.flameKind = "cached";
     $("flame-live").classList.remove("on");
     $("flame-cached").classList.add("on");

@@ -1,7 +1,8 @@
 // model.js: the HTML report's viewer, part 1 of 5: helpers, and the reports the page holds.
 //
 // The page (report.html) holds one or more reports of schema tracepool.report/1 (docs/report-schema.md)
-// as JSON, one per process (a merged page holds one per rank), and draws them with no library and no
+// as JSON, one per process (a merged page holds one per rank), or a diff (schema tracepool.diff/1) with
+// the two reports it compares in its "reports", and draws them with no library and no
 // network: a flame graph (icicle) on a canvas (flame.js), a timeline in SVG (timeline.js), and device
 // cards and tables in the DOM (tables.js); main.js draws the header and starts it all. The five files
 // run as one function, in that order (core/CMakeLists.txt joins them into the page). Text from a report
@@ -79,25 +80,35 @@ function showError(message) {
 
 // ---- The data --------------------------------------------------------------------------------
 
+// `change`: a diff's page only (`python -m tracepool diff --format html`): each site's change, listed by
+// the "changed" table (tables.js); its two reports are views of their own, "before" and "after".
 let reports;
+let change = null;
 try {
-  reports = JSON.parse($("tracepool-data").textContent);
-  if (!Array.isArray(reports)) reports = [reports];
+  const data = JSON.parse($("tracepool-data").textContent);
+  if (data && !Array.isArray(data) && data.schema === "tracepool.diff/1") {
+    change = data;
+    reports = data.reports || [];
+  } else {
+    reports = Array.isArray(data) ? data : [data];
+  }
 } catch (e) {
   showError("This page holds no readable report: " + e.message);
   reports = [];
 }
 
 function rankName(r, i) {
+  if (change) return i === 0 ? "before" : "after";
   const p = r.process || {};
   if (p.rank != null) return "rank " + p.rank;
   return reports.length > 1 ? "process " + (p.pid ?? i) : "this process";
 }
 
 // What the page shows now: one report (or every report, merged) and one device (or all).
-const state = { report: reports.length > 1 ? -1 : 0, device: -1, flameKind: "live", pythonOnly: true,
-                search: "", zoom: null, table: "live", sort: { key: "bytes", dir: -1 }, open: new Set(),
-                shown: 200 };
+// A diff's two reports are never summed: its page shows the later one, and the change, first.
+const state = { report: change ? reports.length - 1 : reports.length > 1 ? -1 : 0, device: -1, flameKind: "live",
+                pythonOnly: true, search: "", zoom: null, table: change ? "changed" : "live",
+                sort: { key: change ? "" : "bytes", dir: -1 }, open: new Set(), shown: 200 };
 
 function chosenReports() {
   return state.report < 0 ? reports.map((r, i) => [r, i]) : [[reports[state.report], state.report]];

@@ -91,6 +91,7 @@ function drawDevices() {
 // ---- Tables ----------------------------------------------------------------------------------
 
 const TABLES = {
+  ...(change ? { changed: { title: "Changed", list: "changes" } } : {}),  // drawn by drawChanges
   live: { title: "Live", list: "leaks", note: (r) => r.reason === "exit" ?
     "Leaked: memory still allocated at exit, by call site." : "Live: memory allocated now, by call site." },
   growing: { title: "Growing", list: "leaks", filter: (e) => e.s.growing,
@@ -148,6 +149,7 @@ function drawTable() {
   const spec = TABLES[state.table];
   const tabs = $("table-tabs");
   for (const b of tabs.querySelectorAll("button")) b.classList.toggle("on", b.dataset.table === state.table);
+  if (spec.list === "changes") return drawChanges();
   let rows = entries(spec.list);
   if (spec.filter) rows = rows.filter(spec.filter);
   const columns = COLUMNS[spec.list];
@@ -214,8 +216,66 @@ function wireTables() {
   for (const [key, spec] of Object.entries(TABLES))
     tabs.append(el("button", { type: "button", text: spec.title, "data-table": key, onclick: () => {
       state.table = key;
-      state.sort = { key: COLUMNS[spec.list][0][0], dir: -1 };
+      // The change starts in the library's order (the largest change, live and cached, first).
+      state.sort = { key: spec.list === "changes" ? "" : COLUMNS[spec.list][0][0], dir: -1 };
       state.shown = 200;
       drawTable();
     } }));
+}
+
+// ---- The change between two reports (a diff's page) ---------------------------------------------
+
+const signedBytes = (n) => (n > 0 ? "+" : "") + bytes(n);
+
+// Each site whose live or cached bytes changed, as the text diff lists them (core/report/compare.cpp). The
+// change is of every device: a diff holds no per-device figures.
+function drawChanges() {
+  const columns = [["live", "live change", (s) => s.live_change, signedBytes], ["live_before", "live before", (s) => s.live_before, bytes],
+                   ["live_after", "live after", (s) => s.live_after, bytes], ["cached", "cached change", (s) => s.cached_change, signedBytes],
+                   ["cached_before", "cached before", (s) => s.cached_before, bytes],
+                   ["cached_after", "cached after", (s) => s.cached_after, bytes]];
+  const rows = (change.sites || []).map((s, index) => ({ s, index })).filter((e) => e.s.live_change || e.s.cached_change);
+  const sortBy = columns.find((c) => c[0] === state.sort.key);
+  if (sortBy) rows.sort((a, b) => state.sort.dir * ((sortBy[2](a.s) ?? 0) - (sortBy[2](b.s) ?? 0)) || a.index - b.index);
+  const totals = change.totals || {};
+  const total = (key, label) => totals[key] ? label + " " + bytes(totals[key].before) + " \u2192 " + bytes(totals[key].after) +
+    " (" + signedBytes(totals[key].change) + ")" : "";
+  $("table-note").textContent = "What changed from " + change.before + " to " + change.after + ": " +
+    [total("allocated_bytes", "allocated"), total("reserved_bytes", "reserved"), total("cached_bytes", "cached")].filter(Boolean).join(", ") +
+    ". " + count(rows.length) + (rows.length === 1 ? " call site" : " call sites") + " changed" +
+    (state.device >= 0 ? " (on every device: a diff has no figures by device)" : "") + ". Click a row for its whole stack, a heading to sort.";
+  const head = el("tr", {}, el("th", { text: "#" }));
+  for (const [key, title] of columns) {
+    const th = el("th", { text: title, "data-key": key });
+    if (sortBy && key === sortBy[0]) th.setAttribute("aria-sort", state.sort.dir < 0 ? "descending" : "ascending");
+    head.append(th);
+  }
+  head.append(el("th", { text: "site" }));
+  head.addEventListener("click", (ev) => {
+    const key = ev.target.dataset && ev.target.dataset.key;
+    if (!key) return;
+    state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : -1 };
+    drawTable();
+  });
+  const body = el("tbody");
+  rows.slice(0, state.shown).forEach((e, i) => {
+    const id = "changed:" + e.index;
+    const site = el("td", { class: "site" }, siteTitle(e.s));
+    if (e.s.status !== "both") site.append(" ", el("span", { class: "badge " + e.s.status, text: e.s.status.toUpperCase() }));
+    if ((e.s.tags || []).length) site.append(" [" + e.s.tags.join("/") + "]");
+    const tr = el("tr", { class: "site-row" + (state.open.has(id) ? " open" : ""), "data-id": id }, el("td", { class: "num", text: String(i + 1) }));
+    for (const [, , value, shown] of columns) tr.append(el("td", { class: "num", text: shown(value(e.s)) }));
+    tr.append(site);
+    tr.addEventListener("click", () => {
+      if (state.open.has(id)) state.open.delete(id); else state.open.add(id);
+      drawTable();
+    });
+    body.append(tr);
+    if (state.open.has(id)) body.append(el("tr", { class: "stack-row" }, el("td", { colspan: String(columns.length + 2) }, stackView(e))));
+  });
+  const box = $("table-box");
+  box.replaceChildren(el("table", {}, el("thead", {}, head), body));
+  if (rows.length > state.shown)
+    box.append(el("button", { type: "button", class: "more", text: "show all " + count(rows.length) + " rows",
+      onclick: () => { state.shown = Infinity; drawTable(); } }));
 }

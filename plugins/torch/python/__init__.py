@@ -27,7 +27,7 @@ import warnings
 from typing import Any
 
 from .. import _tracepool, configure, library_path
-from . import _torch_lib, memory_history, memory_viz
+from . import _rebuild, _torch_lib, memory_history, memory_viz
 
 __all__ = ["dump_snapshot", "install", "pool"]
 
@@ -124,11 +124,13 @@ def install(conf: str | None = None) -> None:
             _patch_graph_capture(torch)
 
 
-_WITHOUT_SHIM = ("using PyTorch's CUDAPluggableAllocator instead: CUDA graphs (torch.cuda.graph, "
-                 "torch.compile mode='reduce-overhead'), torch.cuda.MemPool and OOM observers are unavailable, and "
-                 "an allocation that fails is not torch.cuda.OutOfMemoryError (tracepool still prints its report "
-                 "of what held the memory). To have them, build tracepool against this torch: pip install "
-                 "--no-build-isolation --no-binary tracepool tracepool")
+def _without_shim() -> str:
+    """What install() gives up without libtracepool_torch.so, and the command that builds it (_rebuild.py)."""
+    return ("using PyTorch's CUDAPluggableAllocator instead: CUDA graphs (torch.cuda.graph, torch.compile "
+            "mode='reduce-overhead'), torch.cuda.MemPool and OOM observers are unavailable, and an allocation that "
+            "fails is not torch.cuda.OutOfMemoryError (tracepool still prints its report of what held the memory). "
+            "To have them, build tracepool against this torch (a C++ compiler and the CUDA Toolkit are needed): "
+            + _rebuild.command())
 
 
 def _shim_for(torch_version: str) -> tuple[str | None, str | None]:
@@ -138,10 +140,10 @@ def _shim_for(torch_version: str) -> tuple[str | None, str | None]:
     torch_lib = _torch_lib_path()
     if torch_lib is None:
         return None, ("tracepool.torch: this tracepool has no libtracepool_torch.so (a binary wheel, or torch "
-                      "could not be imported when it was built); " + _WITHOUT_SHIM)
+                      "could not be imported when it was built); " + _without_shim())
     if _torch_lib.TORCH_VERSION != torch_version:
         return None, ("tracepool.torch: libtracepool_torch.so was built against torch %s, not this torch %s; %s"
-                      % (_torch_lib.TORCH_VERSION, torch_version, _WITHOUT_SHIM))
+                      % (_torch_lib.TORCH_VERSION, torch_version, _without_shim()))
     return torch_lib, None
 
 
