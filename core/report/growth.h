@@ -33,8 +33,8 @@ bool trend_is_growing(const site_trend& t);
 // least, and the worst case, floors at a middle level but for rare lower and higher ones (1 in 15
 // each), is 7e-4. Eight windows were tried first: that worst case is 4e-3, and simulated noise of
 // four levels came out at 2.4e-3. tests/unit/growth_test.cpp measures the rate on trendless series
-// of six kinds and three lengths: at most 2.1e-4 (21 of 100000, four levels at 64 marks; the three
-// levels of "mostly zero, rare bursts of two sizes" at 32 marks come close). The test needs two marks
+// of six kinds and three lengths: at most 2.3e-4 (23 of 100000, "mostly zero, rare bursts of two
+// sizes" at 32 marks; the four kinds measured first, at most 1.6e-4). The test needs two marks
 // a window at least (long_series_marks): with one, a floor is a single sample, and a site that is
 // empty but for rare bursts is flagged when its last two samples land on bursts in rising order
 // (1.2e-3 measured on 16 marks).
@@ -54,8 +54,9 @@ bool trend_is_growing(const site_trend& t);
 // the plain test flag 4e-3 of trendless series (above); the clean-step condition keeps a window
 // whose floor caught a rare low from counting as a step (its other values are higher), and holding
 // the last rise for two windows keeps one window's two rare highs from counting as one. Measured as
-// above on every length from 16 to 31: at most 6e-5 (6 of 100000; it was 3.4e-3 without the two
-// conditions). Fewer than 16 marks tell nothing: the report says to mark each epoch.
+// above on eight lengths from 16 to 31: at most 1.1e-4 (11 of 100000, the same kind at 16 marks); it
+// is 3.5e-3 without the two conditions. Fewer than 16 marks tell nothing: the report says to mark
+// each epoch.
 inline constexpr size_t growth_windows = 16;       // of a series of long_series_marks or more
 inline constexpr size_t short_series_windows = 8;  // of a shorter one (Note [Growth in short runs])
 
