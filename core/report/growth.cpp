@@ -37,10 +37,9 @@ std::vector<int64_t> window_floors(const std::vector<int64_t>& series) {
 bool floors_growing(const std::vector<int64_t>& series, const std::vector<int64_t>& floors) {
   const size_t windows = floors.size(), n = series.size();
   const bool short_series = windows == short_series_windows;  // Note [Growth in short runs]
-  if (windows != (n >= long_series_marks ? growth_windows : short_series_windows) || n < min_growth_marks)
-    return false;
+  if (windows != (n >= long_series_marks ? growth_windows : short_series_windows) || n < min_growth_marks) return false;
   int rises = 0;
-  bool rose_late = false;  // in the second half (a short series': not only in its last window)
+  bool rose_late = false;              // in the second half (a short series': not only in its last window)
   int64_t highest_before = floors[0];  // the largest value before window w
   for (size_t w = 1; w < windows; ++w) {
     for (size_t i = window_begin(w - 1, n, windows), end = window_begin(w, n, windows); i < end; ++i)

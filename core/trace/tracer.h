@@ -48,7 +48,7 @@ namespace tracepool::core {
 // the window when a report is made (growth.h: from 16 marks on, Note [Growth in short runs]), and only
 // when the program made no marks of its own: those take precedence.
 inline constexpr uint64_t auto_mark_time_share = 500;  // spacing / mean cost of an automatic mark, at least
-inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread between two clock reads
+inline constexpr uint64_t auto_sample_every = 64;      // allocations of a thread between two clock reads
 
 // Note [Thread origins]
 // Libraries start threads that never run an interpreter frame: NCCL's proxy threads, which allocate a
@@ -162,13 +162,13 @@ class tracer final : public observer {
   // Every site's live bytes now (those with any); with `trends`, each site's trend steps too.
   std::vector<std::pair<uint32_t, int64_t>> live_by_site(bool trends);
 
-  std::atomic<uint32_t> epoch_{0};  // marks made, as blocks record it (saturates)
-  std::mutex marks_mutex_;          // guards both windows and the sites' trends
-  mark_window marks_;               // the program's (Note [Marks without end])
-  mark_window auto_marks_;          // automatic ones (Note [Growth without marks])
+  std::atomic<uint32_t> epoch_{0};          // marks made, as blocks record it (saturates)
+  std::mutex marks_mutex_;                  // guards both windows and the sites' trends
+  mark_window marks_;                       // the program's (Note [Marks without end])
+  mark_window auto_marks_;                  // automatic ones (Note [Growth without marks])
   uint64_t auto_base_ns_;                   // the least spacing: auto_mark_ms, doubled at each thinning (marks lock)
   std::atomic<uint64_t> auto_interval_ns_;  // the spacing now: the least, or more where marks cost more
-  std::atomic<uint64_t> last_auto_ns_{0};  // monotonic_coarse_ns of the latest automatic mark
+  std::atomic<uint64_t> last_auto_ns_{0};   // monotonic_coarse_ns of the latest automatic mark
   std::atomic<uint64_t> auto_cost_ns_{0};
 };
 
