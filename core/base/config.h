@@ -77,7 +77,7 @@ struct config {
   size_t sample_bytes = 0;                             // sample_bytes: mean bytes between samples, 0 = every block
   uint64_t sample_seed = 0x7261636570ULL;              // sample_seed: seed of the sampler (per thread)
   size_t history = 0;                                  // history: allocator events kept (history.h), 0 = off
-  uint64_t auto_mark_ms = 100;  // auto_mark_ms: least spacing of automatic marks (Note [Growth without marks]), 0 = off
+  uint64_t auto_mark_ms = 20;  // auto_mark_ms: least spacing of automatic marks (Note [Growth without marks]), 0 = off
   bool oom_report = true;                              // oom_report: stderr | off
   // capture_reuse: on | off; record_stream blocks reused inside a capture (Note [Reuse inside a capture]).
   bool capture_reuse = false;

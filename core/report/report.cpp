@@ -402,7 +402,7 @@ std::vector<leak_group> group_leaks(tracer& t, const walked_blocks& w, site_desc
     } else if (r.growth_basis == growth_basis_auto) {
       g.auto_series = series_of(g.members, auto_marks);
       g.summary.growth_floors = window_floors(g.auto_series);
-      g.summary.growing = floors_growing(g.summary.growth_floors);
+      g.summary.growing = floors_growing(g.auto_series, g.summary.growth_floors);
     }
   }
   std::sort(groups.begin(), groups.end(),

@@ -311,10 +311,13 @@ void growth(std::string& out, const report& r) {
     out += printf_string("Growth told without marks: from %llu automatic marks (kept %zu: ",
                          static_cast<unsigned long long>(r.auto_marks_made), r.auto_marks.size()) +
            list +
-           printf_string(
-               "), now at least %llu ms apart, taken in %.2f ms in all. GROWING: the lowest live bytes in each "
-               "sixteenth of the run never fell, rose twice, and rose in the second half.\n",
-               static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3);
+           printf_string("), now at least %llu ms apart, taken in %.2f ms in all. GROWING: ",
+                         static_cast<unsigned long long>(r.auto_mark_ms), r.auto_mark_seconds * 1e3) +
+           (r.auto_marks.size() >= long_series_marks
+                ? "the lowest live bytes in each sixteenth of the run never fell, rose twice, and rose in the "
+                  "second half.\n"
+                : "few marks, so clean steps only: the lowest live bytes in each eighth of the run never fell, and "
+                  "rose twice above all the site held before, once in the second half.\n");
   } else if (r.growth_basis == growth_basis_none && r.auto_mark_ms != 0) {
     out += printf_string("Growth: %zu automatic marks so far, too few to tell growing sites (%zu needed); no marks made. "
                          "To tell in a short run, mark each epoch (tracepool.mark(\"epoch\"), tracepool_mark in C): "
@@ -397,12 +400,11 @@ std::string to_text(const report& r, size_t top) {
   first_of(out, r.leaks, top, "sites", requested, [&](size_t i, const site_summary& s) {
     out += printf_string("  #%zu %s in %s", i + 1, human_bytes(s.bytes).c_str(), blocks_word(s.blocks).c_str()) +
            tags_of(s.tags);
-    if (s.growing && r.growth_basis == growth_basis_auto && s.growth_floors.size() == growth_windows) {
+    if (s.growing && r.growth_basis == growth_basis_auto && !s.growth_floors.empty()) {
       const auto& f = s.growth_floors;  // Note [Growth by window floors]
-      out += printf_string("  GROWING without marks: lowest live %s in the run's first sixteenth, %s at mid-run, %s in "
-                           "its last",
-                           human_bytes(f.front()).c_str(), human_bytes(f[growth_windows / 2]).c_str(),
-                           human_bytes(f.back()).c_str());
+      out += printf_string("  GROWING without marks: lowest live %s in the run's first %s, %s at mid-run, %s in its last",
+                           human_bytes(f.front()).c_str(), f.size() == growth_windows ? "sixteenth" : "eighth",
+                           human_bytes(f[f.size() / 2]).c_str(), human_bytes(f.back()).c_str());
     } else if (s.growing) {
       out += "  GROWING across marks:";
       const size_t n = s.live_at_marks.size(), from = n > series_shown ? n - series_shown : 0;

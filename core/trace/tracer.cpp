@@ -55,7 +55,8 @@ tracer::tracer(const config& cfg, const unwinder& u)
       serial_(tracers_made.fetch_add(1, std::memory_order_relaxed) + 1),
       unwinder_(u),
       sampler_(cfg.sample_bytes, cfg.sample_seed),
-      auto_interval_ns_(cfg.capture == capture_mode::off ? 0 : cfg.auto_mark_ms * 1000000ULL) {}  // no sites to follow
+      auto_base_ns_(cfg.capture == capture_mode::off ? 0 : cfg.auto_mark_ms * 1000000ULL),  // no sites to follow
+      auto_interval_ns_(auto_base_ns_) {}
 
 // Frames before the first one in tracepool's module belong to the unwinder; frames from there on
 // that stay inside the module are tracepool's own. What follows is the caller's stack.
@@ -233,9 +234,11 @@ bool tracer::auto_mark(const mark_event& e, uint64_t now_ns, bool sample) {
   m.live_bytes = e.live_bytes;
   m.reserved_bytes = e.reserved_bytes;
   m.site_live = live_by_site(false);
-  if (auto_marks_.add(std::move(m)))  // thinned: half as many marks a second from now on
-    auto_interval_ns_.store(2 * auto_interval_ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  auto_cost_ns_.fetch_add(monotonic_ns() - began, std::memory_order_relaxed);
+  if (auto_marks_.add(std::move(m))) auto_base_ns_ *= 2;  // thinned: half as many marks a second from now on
+  const uint64_t took = monotonic_ns() - began;
+  const uint64_t spent = auto_cost_ns_.fetch_add(took, std::memory_order_relaxed) + took;  // on every one so far
+  const uint64_t mean = spent / auto_marks_.made();
+  auto_interval_ns_.store(std::max(auto_base_ns_, auto_mark_time_share * mean), std::memory_order_relaxed);
   return true;
 }
 

@@ -34,12 +34,21 @@ namespace tracepool::core {
 //   - samples, taken as allocations go by (every 64th allocation of a thread reads a coarse clock)
 //     once nothing has marked for twice the interval: hosts without a framework hook (C, CuPy, Numba)
 //     and phases without boundaries (a long evaluation).
-// A mark reads every site's counters (~0.1 us a site), so automatic marks are at least auto_mark_ms
-// apart (100 ms by default), and each time their window is thinned the spacing doubles: the window
-// stays evenly spread over the run, and a long run costs no more per second than a short one. Which
-// sites grow is judged from the window when a report is made (growth.h), and only when the program
-// made no marks of its own: those take precedence.
-inline constexpr uint64_t auto_sample_every = 64;  // allocations of a thread between two clock reads
+// How often: a mark reads every site's counters (~0.1 us a site), so automatic marks are at least
+// auto_mark_ms apart (20 ms by default), and further apart where a mark costs more: their spacing is
+// at least auto_mark_time_share times what one has cost on average, so that taking them costs at
+// most 1/500 of the run's time (1/1000 for samples) whatever the number of sites: a program of 200
+// live sites marks every 20 ms, one of 2000 every 100 ms. Each time their window is thinned the
+// least spacing doubles: the window stays evenly spread over the run, and a long run costs no more per
+// second than a short one. The spacing was a fixed 100 ms first, which gave a 3-second run 15 samples
+// and a 12-second one 31 marks: too few to tell (issue 35). Marks at phase points (when live bytes
+// return to a low after a burst of frees, the end of a step) were weighed and left: finding them costs
+// work at every free, and the window floors of growth.h already read each window at its lowest phase
+// when the window holds a mark there; more marks make that likelier. Which sites grow is judged from
+// the window when a report is made (growth.h: from 16 marks on, Note [Growth in short runs]), and only
+// when the program made no marks of its own: those take precedence.
+inline constexpr uint64_t auto_mark_time_share = 500;  // spacing / mean cost of an automatic mark, at least
+inline constexpr uint64_t auto_sample_every = 64;      // allocations of a thread between two clock reads
 
 // Note [Thread origins]
 // Libraries start threads that never run an interpreter frame: NCCL's proxy threads, which allocate a
@@ -116,7 +125,8 @@ class tracer final : public observer {
   // Takes the mark if it is still due; false if not, or while another thread takes one.
   bool auto_mark(const mark_event& e, uint64_t now_ns, bool sample);
   std::vector<mark_record> auto_marks(uint64_t* made = nullptr);
-  // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins.
+  // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins, and follows
+  // what they cost (Note [Growth without marks]).
   uint64_t auto_mark_interval_ns() const { return auto_interval_ns_.load(std::memory_order_relaxed); }
   // Time spent taking automatic marks, in all (what following growth without marks has cost).
   uint64_t auto_mark_cost_ns() const { return auto_cost_ns_.load(std::memory_order_relaxed); }
@@ -152,12 +162,13 @@ class tracer final : public observer {
   // Every site's live bytes now (those with any); with `trends`, each site's trend steps too.
   std::vector<std::pair<uint32_t, int64_t>> live_by_site(bool trends);
 
-  std::atomic<uint32_t> epoch_{0};  // marks made, as blocks record it (saturates)
-  std::mutex marks_mutex_;          // guards both windows and the sites' trends
-  mark_window marks_;               // the program's (Note [Marks without end])
-  mark_window auto_marks_;          // automatic ones (Note [Growth without marks])
-  std::atomic<uint64_t> auto_interval_ns_;
-  std::atomic<uint64_t> last_auto_ns_{0};  // monotonic_coarse_ns of the latest automatic mark
+  std::atomic<uint32_t> epoch_{0};          // marks made, as blocks record it (saturates)
+  std::mutex marks_mutex_;                  // guards both windows and the sites' trends
+  mark_window marks_;                       // the program's (Note [Marks without end])
+  mark_window auto_marks_;                  // automatic ones (Note [Growth without marks])
+  uint64_t auto_base_ns_;                   // the least spacing: auto_mark_ms, doubled at each thinning (marks lock)
+  std::atomic<uint64_t> auto_interval_ns_;  // the spacing now: the least, or more where marks cost more
+  std::atomic<uint64_t> last_auto_ns_{0};   // monotonic_coarse_ns of the latest automatic mark
   std::atomic<uint64_t> auto_cost_ns_{0};
 };
 

@@ -166,3 +166,70 @@ def test_a_run_too_short_to_tell_growth_says_how_to_make_it_tell(tmp_path):
             assert hint not in done.stderr and "GROWING across marks" in done.stderr, done.stderr
         else:
             assert hint in done.stderr and "GROWING" not in done.stderr, done.stderr
+
+
+# Issue 35's short run: three epochs in about 3 seconds, each churning temporaries over 40 steps and then keeping
+# its validation outputs in a global list. Nothing marks (Note [Growth without marks], Note [Growth in short
+# runs] in core/report/growth.h).
+THREE_EPOCHS = """\
+import time
+import tracepool
+
+class DeviceArray:
+    def __init__(self, nbytes):
+        self.ptr = tracepool.alloc(nbytes)
+        self.nbytes = nbytes
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": (self.nbytes,), "typestr": "|u1", "version": 3}
+    def __del__(self):
+        tracepool.free(self.ptr)
+
+weights = DeviceArray(8 << 20)  # model
+outputs = []
+for epoch in range(3):
+    for step in range(40):
+        if epoch == 0 and step == 0:
+            state = DeviceArray(16 << 20)  # optimizer
+        for _ in range(70):
+            DeviceArray(1 << 20)  # churn
+        time.sleep(0.02)
+    for batch in range(5):
+        outputs.append(DeviceArray(256 << 10))  # outputs
+        time.sleep(0.02)
+"""
+
+
+# The default spacing, and the one that gives the same run fewer than 32 marks (eight windows, clean steps).
+@pytest.fixture(scope="module", params=["backend:host", "backend:host,auto_mark_ms:60"])
+def three_epochs(request, tmp_path_factory):
+    work = tmp_path_factory.mktemp("epochs")
+    program = work / "train.py"
+    program.write_text(THREE_EPOCHS)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "TRACEPOOL_REPORT")}
+    env["TRACEPOOL_CONF"] = request.param
+    done = subprocess.run([sys.executable, "-m", "tracepool", "run", "--no-torch", "-o", work / "r.json", program],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((work / "r.json").read_text())
+    sites = {}
+    for site in data["leaks"]:
+        sites.setdefault(program_line(site, program), []).append(site)
+    return data, sites, program
+
+
+def test_a_3_second_unmarked_run_that_keeps_outputs_each_epoch_is_flagged_with_its_holder(three_epochs):
+    data, sites, program = three_epochs
+    told = "%d automatic marks kept, spacing %s ms" % (len(data["auto_marks"]), data["auto_mark_ms"])
+    assert data["marks_made"] == 0
+    assert data["growth_basis"] == "automatic marks", told
+    site = only_site(three_epochs, "outputs")
+    assert site["growing"], (told, site["growth_floors"], site["live_at_auto_marks"])
+    assert len(site["held_by"]) == 1, site["held_by"]
+    assert site["held_by"][0]["holder"].startswith("list `outputs` (global in train.py)"), site["held_by"]
+    assert (site["held_by"][0]["bytes"], site["blocks"]) == (site["bytes"], 15)
+    for marker in ("model", "optimizer"):
+        assert not only_site(three_epochs, marker)["growing"], (marker, told)
+    assert not any(s["growing"] for s in sites.get(line_of(program, "churn"), [])), told
+    growing = [program_line(s, program) for s in data["leaks"] if s["growing"]]
+    assert growing == [line_of(program, "outputs")], told

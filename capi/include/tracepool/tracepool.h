@@ -304,8 +304,8 @@ TRACEPOOL_API int tracepool_tag_pop(void);
  * first, the latest and an even spread between), and reports say how many were made. */
 TRACEPOOL_API int tracepool_mark(tracepool_t* tp, const char* label);
 /* A boundary a host framework saw (an optimizer step, an epoch's end, a train/eval switch), kept as an
- * automatic mark if the last automatic one is at least TRACEPOOL_CONF auto_mark_ms old (*taken, if not
- * NULL, says whether it was). Automatic marks are kept apart from tracepool_mark's: when a program
+ * automatic mark if the last automatic one is at least TRACEPOOL_CONF auto_mark_ms old, or older where
+ * marks cost more (at least 500 times their mean cost apart) (*taken, if not NULL, says whether it was). Automatic marks are kept apart from tracepool_mark's: when a program
  * made no marks of its own, reports judge which sites grow from them (and from the samples the
  * library takes as allocations go by). `label` as tracepool_mark's. Cheap when not taken (a clock
  * read); when taken, it reads every call site's counters. */
