@@ -38,9 +38,10 @@ namespace tracepool::core {
 // auto_mark_ms apart (20 ms by default), and further apart where a mark costs more: their spacing is
 // at least auto_mark_time_share times what one has cost on average, so that taking them costs at
 // most 1/500 of the run's time (1/1000 for samples) whatever the number of sites: a program of 200
-// live sites marks every 20 ms, one of 2000 every 100 ms. Each time their window is thinned the
-// least spacing doubles: the window stays evenly spread over the run, and a long run costs no more per
-// second than a short one. The spacing was a fixed 100 ms first, which gave a 3-second run 15 samples
+// live sites marks every 20 ms, one of 2000 every 100 ms. Each time their window (max_kept_auto_marks,
+// 64) is thinned the least spacing doubles: the window stays evenly spread over the run, a long run
+// costs less per second than a short one, and a run of T seconds makes about 64 + 32 log2(T / 1.28 s)
+// marks: 85 in 3 s, 200 in 24 s. The spacing was a fixed 100 ms first, which gave a 3-second run 15 samples
 // and a 12-second one 31 marks: too few to tell (issue 35). Marks at phase points (when live bytes
 // return to a low after a burst of frees, the end of a step) were weighed and left: finding them costs
 // work at every free, and the window floors of growth.h already read each window at its lowest phase
@@ -128,7 +129,7 @@ class tracer final : public observer {
   // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins, and follows
   // what they cost (Note [Growth without marks]).
   uint64_t auto_mark_interval_ns() const { return auto_interval_ns_.load(std::memory_order_relaxed); }
-  // Time spent taking automatic marks, in all (what following growth without marks has cost).
+  // CPU time spent taking automatic marks, in all (what following growth without marks has cost).
   uint64_t auto_mark_cost_ns() const { return auto_cost_ns_.load(std::memory_order_relaxed); }
   // Trends of `sites` (ids), in the same order.
   std::vector<site_trend> trends(const std::vector<uint32_t>& sites);
@@ -165,7 +166,7 @@ class tracer final : public observer {
   std::atomic<uint32_t> epoch_{0};          // marks made, as blocks record it (saturates)
   std::mutex marks_mutex_;                  // guards both windows and the sites' trends
   mark_window marks_;                       // the program's (Note [Marks without end])
-  mark_window auto_marks_;                  // automatic ones (Note [Growth without marks])
+  mark_window auto_marks_{max_kept_auto_marks};  // automatic ones (Note [Growth without marks])
   uint64_t auto_base_ns_;                   // the least spacing: auto_mark_ms, doubled at each thinning (marks lock)
   std::atomic<uint64_t> auto_interval_ns_;  // the spacing now: the least, or more where marks cost more
   std::atomic<uint64_t> last_auto_ns_{0};   // monotonic_coarse_ns of the latest automatic mark
