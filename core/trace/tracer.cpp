@@ -227,8 +227,7 @@ bool tracer::auto_mark(const mark_event& e, uint64_t now_ns, bool sample) {
   std::unique_lock<std::mutex> lock(marks_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !auto_mark_due(now_ns, sample)) return false;
   last_auto_ns_.store(now_ns, std::memory_order_relaxed);
-  // CPU time, not wall time: one mark preempted mid-way would otherwise space every later one out.
-  const uint64_t began = thread_cpu_ns();
+  const uint64_t began = monotonic_ns();
   mark_record m;
   m.label = e.label;
   m.time_ns = realtime_ns();
@@ -236,10 +235,14 @@ bool tracer::auto_mark(const mark_event& e, uint64_t now_ns, bool sample) {
   m.reserved_bytes = e.reserved_bytes;
   m.site_live = live_by_site(false);
   if (auto_marks_.add(std::move(m))) auto_base_ns_ *= 2;  // thinned: half as many marks a second from now on
-  const uint64_t took = thread_cpu_ns() - began;
-  const uint64_t spent = auto_cost_ns_.fetch_add(took, std::memory_order_relaxed) + took;  // on every one so far
-  const uint64_t mean = spent / auto_marks_.made();
-  auto_interval_ns_.store(std::max(auto_base_ns_, auto_mark_time_share * mean), std::memory_order_relaxed);
+  const uint64_t took = monotonic_ns() - began;
+  auto_cost_ns_.fetch_add(took, std::memory_order_relaxed);
+  // What a mark costs, for the spacing: the least of the latest few, so that one mark preempted mid-way
+  // (milliseconds of wall time) does not space out every later one.
+  recent_costs_[auto_marks_.made() % recent_costs_.size()] = took;
+  const size_t known = std::min<size_t>(auto_marks_.made(), recent_costs_.size());
+  const uint64_t cost = *std::min_element(recent_costs_.begin(), recent_costs_.begin() + known);
+  auto_interval_ns_.store(std::max(auto_base_ns_, auto_mark_time_share * cost), std::memory_order_relaxed);
   return true;
 }
 

@@ -6,6 +6,7 @@
 // observer.h): each allocation and free updates its site's counters, and marks are kept here.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -36,7 +37,7 @@ namespace tracepool::core {
 //     and phases without boundaries (a long evaluation).
 // How often: a mark reads every site's counters (~0.1 us a site), so automatic marks are at least
 // auto_mark_ms apart (20 ms by default), and further apart where a mark costs more: their spacing is
-// at least auto_mark_time_share times what one has cost on average, so that taking them costs at
+// at least auto_mark_time_share times what one costs (the least of the latest eight), so that taking them costs at
 // most 1/500 of the run's time (1/1000 for samples) whatever the number of sites: a program of 200
 // live sites marks every 20 ms, one of 2000 every 100 ms. Each time their window (max_kept_auto_marks,
 // 64) is thinned the least spacing doubles: the window stays evenly spread over the run, a long run
@@ -129,7 +130,7 @@ class tracer final : public observer {
   // The spacing of automatic marks now, in ns (0: off); it doubles as their window thins, and follows
   // what they cost (Note [Growth without marks]).
   uint64_t auto_mark_interval_ns() const { return auto_interval_ns_.load(std::memory_order_relaxed); }
-  // CPU time spent taking automatic marks, in all (what following growth without marks has cost).
+  // Time spent taking automatic marks, in all (what following growth without marks has cost).
   uint64_t auto_mark_cost_ns() const { return auto_cost_ns_.load(std::memory_order_relaxed); }
   // Trends of `sites` (ids), in the same order.
   std::vector<site_trend> trends(const std::vector<uint32_t>& sites);
@@ -171,6 +172,7 @@ class tracer final : public observer {
   std::atomic<uint64_t> auto_interval_ns_;  // the spacing now: the least, or more where marks cost more
   std::atomic<uint64_t> last_auto_ns_{0};   // monotonic_coarse_ns of the latest automatic mark
   std::atomic<uint64_t> auto_cost_ns_{0};
+  std::array<uint64_t, 8> recent_costs_{};  // the latest automatic marks' durations, a ring (marks lock)
 };
 
 }  // namespace tracepool::core
