@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
-# Device arrays as CuPy's and Numba's expose theirs (__cuda_array_interface__), over tracepool's
-# memory. Each step: 70 temporaries made and freed (churn), one array kept in a list, one in a
-# closure every other step, one in a dict every third; a model built once and optimizer state made
-# at the first step stay flat. No marks: the library samples as allocations go by.
-PROGRAM = """\
+# The programs' arrays: tracepool memory shown as CuPy's arrays show theirs (the CUDA Array Interface).
+DEVICE_ARRAY = """\
 import time
 import tracepool
 
@@ -28,6 +25,14 @@ class DeviceArray:
         return {"data": (self.ptr, False), "shape": (self.nbytes,), "typestr": "|u1", "version": 3}
     def __del__(self):
         tracepool.free(self.ptr)
+"""
+
+
+# Device arrays as CuPy's and Numba's expose theirs (__cuda_array_interface__), over tracepool's
+# memory. Each step: 70 temporaries made and freed (churn), one array kept in a list, one in a
+# closure every other step, one in a dict every third; a model built once and optimizer state made
+# at the first step stay flat. No marks: the library samples as allocations go by.
+PROGRAM = DEVICE_ARRAY + """\
 
 def make_hook():
     cache = []
@@ -171,19 +176,7 @@ def test_a_run_too_short_to_tell_growth_says_how_to_make_it_tell(tmp_path):
 # Issue 35's short run: three epochs in about 3 seconds, each churning temporaries over 40 steps and then keeping
 # its validation outputs in a global list. Nothing marks (Note [Growth without marks], Note [Growth in short
 # runs] in core/report/growth.h).
-THREE_EPOCHS = """\
-import time
-import tracepool
-
-class DeviceArray:
-    def __init__(self, nbytes):
-        self.ptr = tracepool.alloc(nbytes)
-        self.nbytes = nbytes
-    @property
-    def __cuda_array_interface__(self):
-        return {"data": (self.ptr, False), "shape": (self.nbytes,), "typestr": "|u1", "version": 3}
-    def __del__(self):
-        tracepool.free(self.ptr)
+THREE_EPOCHS = DEVICE_ARRAY + """\
 
 weights = DeviceArray(8 << 20)  # model
 outputs = []

@@ -145,6 +145,25 @@ function stackView(e) {
   return box;
 }
 
+// A table's heading row: "#", a sortable heading per column (the one sorted by, if any, says which
+// way), then the unsortable `trailing` ones. A click on a sortable heading sorts by it, again reverses.
+function sortableHead(columns, sortBy, trailing) {
+  const head = el("tr", {}, el("th", { text: "#" }));
+  for (const [key, title] of columns) {
+    const th = el("th", { text: title, "data-key": key });
+    if (sortBy && key === sortBy[0]) th.setAttribute("aria-sort", state.sort.dir < 0 ? "descending" : "ascending");
+    head.append(th);
+  }
+  for (const text of trailing) head.append(el("th", { text }));
+  head.addEventListener("click", (ev) => {
+    const key = ev.target.dataset && ev.target.dataset.key;
+    if (!key) return;
+    state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : -1 };
+    drawTable();
+  });
+  return head;
+}
+
 function drawTable() {
   const spec = TABLES[state.table];
   const tabs = $("table-tabs");
@@ -165,20 +184,7 @@ function drawTable() {
     where + "." + (lacksDeviceShares() ? " This report predates per-device figures: choose all devices to see its sites." : "") +
     " Click a row for its whole stack, a heading to sort.";
   const multi = state.report < 0 && reports.length > 1;
-  const head = el("tr", {}, el("th", { text: "#" }));
-  for (const [key, title] of columns) {
-    const th = el("th", { text: title, "data-key": key });
-    if (key === sortBy[0]) th.setAttribute("aria-sort", state.sort.dir < 0 ? "descending" : "ascending");
-    head.append(th);
-  }
-  if (multi) head.append(el("th", { text: "process" }));
-  head.append(el("th", { text: spec.list === "pools" ? "pool" : "site" }));
-  head.addEventListener("click", (ev) => {
-    const key = ev.target.dataset && ev.target.dataset.key;
-    if (!key) return;
-    state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : -1 };
-    drawTable();
-  });
+  const head = sortableHead(columns, sortBy, (multi ? ["process"] : []).concat(spec.list === "pools" ? "pool" : "site"));
   const body = el("tbody");
   const span = columns.length + (multi ? 3 : 2);
   rows.slice(0, state.shown).forEach((e, i) => {
@@ -244,19 +250,7 @@ function drawChanges() {
     [total("allocated_bytes", "allocated"), total("reserved_bytes", "reserved"), total("cached_bytes", "cached")].filter(Boolean).join(", ") +
     ". " + count(rows.length) + (rows.length === 1 ? " call site" : " call sites") + " changed" +
     (state.device >= 0 ? " (on every device: a diff has no figures by device)" : "") + ". Click a row for its whole stack, a heading to sort.";
-  const head = el("tr", {}, el("th", { text: "#" }));
-  for (const [key, title] of columns) {
-    const th = el("th", { text: title, "data-key": key });
-    if (sortBy && key === sortBy[0]) th.setAttribute("aria-sort", state.sort.dir < 0 ? "descending" : "ascending");
-    head.append(th);
-  }
-  head.append(el("th", { text: "site" }));
-  head.addEventListener("click", (ev) => {
-    const key = ev.target.dataset && ev.target.dataset.key;
-    if (!key) return;
-    state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : -1 };
-    drawTable();
-  });
+  const head = sortableHead(columns, sortBy, ["site"]);
   const body = el("tbody");
   rows.slice(0, state.shown).forEach((e, i) => {
     const id = "changed:" + e.index;
